@@ -1,0 +1,40 @@
+# Everything needs only Python 3.10+ and make: each target creates .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-fast lint format typecheck check clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the whole suite: unit, DST property tests, integration (PostgreSQL, Redis), acceptance.
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Only the tests that need no service.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit tests/dst $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+	$(BIN)/mypy --strict tests/typing
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

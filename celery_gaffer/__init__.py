@@ -1,0 +1,33 @@
+"""celery-gaffer: safe scheduled and background jobs for Celery."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .exceptions import (
+    AlreadyProcessed,
+    ConfigurationError,
+    FenceLost,
+    GafferError,
+    InvalidInput,
+    InvalidSchedule,
+    LeaseHeld,
+)
+from .wiring import install
+
+try:
+    __version__ = version("celery-gaffer")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree not installed
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AlreadyProcessed",
+    "ConfigurationError",
+    "FenceLost",
+    "GafferError",
+    "InvalidInput",
+    "InvalidSchedule",
+    "LeaseHeld",
+    "__version__",
+    "install",
+]

@@ -1,0 +1,169 @@
+"""The ``gaffer_*`` keys of ``app.conf``, read once into a frozen, validated object."""
+
+from __future__ import annotations
+
+import math
+import re
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .exceptions import ConfigurationError
+
+DEFAULT_DATABASE_URL = "sqlite:///gaffer.sqlite3"
+_PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,29}$")
+_SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+# Names accepted for PostgreSQL that all mean "psycopg 3", the one driver we ship.
+_POSTGRES_ALIASES = ("postgres", "postgresql", "postgresql+psycopg")
+
+
+@dataclass(frozen=True, slots=True)
+class GafferSettings:
+    """Validated configuration. Build it with :func:`settings_for` or :meth:`from_conf`."""
+
+    database_url: URL
+    table_prefix: str = "gaffer_"
+    lease_ttl: float = 60.0
+    republish_after: float = 30.0
+    max_catchup: int = 100
+    alert_after_failures: int = 3
+    metrics_port: int | None = None
+    run_retention: float = 30 * 86400.0
+    ledger_retention: float = 30 * 86400.0
+    key_retention: float = 30 * 86400.0
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> GafferSettings:
+        """Read and validate every ``gaffer_*`` key; raise :class:`ConfigurationError`."""
+        return cls(
+            database_url=parse_database_url(
+                conf.get("gaffer_database_url") or DEFAULT_DATABASE_URL, "gaffer_database_url"
+            ),
+            table_prefix=_prefix(conf.get("gaffer_table_prefix", "gaffer_")),
+            lease_ttl=_seconds(conf, "gaffer_lease_ttl", 60.0, minimum=1.0),
+            republish_after=_seconds(conf, "gaffer_republish_after", 30.0, minimum=1.0),
+            max_catchup=_count(conf, "gaffer_max_catchup", 100),
+            alert_after_failures=_count(conf, "gaffer_alert_after_failures", 3),
+            metrics_port=_port(conf.get("gaffer_metrics_port")),
+            run_retention=_seconds(conf, "gaffer_run_retention", 30 * 86400.0, minimum=60.0),
+            ledger_retention=_seconds(conf, "gaffer_ledger_retention", 30 * 86400.0, minimum=60.0),
+            key_retention=_seconds(conf, "gaffer_key_retention", 30 * 86400.0, minimum=60.0),
+        )
+
+    @property
+    def masked_url(self) -> str:
+        """The database URL with its password replaced by ``***``: safe to log or print."""
+        return mask_url(self.database_url)
+
+
+_cache: weakref.WeakKeyDictionary[Any, GafferSettings] = weakref.WeakKeyDictionary()
+
+
+def settings_for(app: Any) -> GafferSettings:
+    """The settings of a Celery app, read from ``app.conf`` on first use and then cached."""
+    settings = _cache.get(app)
+    if settings is None:
+        settings = GafferSettings.from_conf(app.conf)
+        _cache[app] = settings
+    return settings
+
+
+def forget_settings(app: Any) -> None:
+    """Drop the cached settings of ``app`` (tests that change ``app.conf`` call this)."""
+    _cache.pop(app, None)
+
+
+def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
+    """Parse a SQLAlchemy URL for SQLite or PostgreSQL (psycopg 3) or raise naming ``key``."""
+    if isinstance(value, URL):
+        url = value
+    elif isinstance(value, str) and value.strip():
+        try:
+            url = make_url(value.strip())
+        except (ArgumentError, ValueError) as exc:
+            raise ConfigurationError(
+                f"{key}: cannot parse {_masked_text(value)!r} as a database URL", field=key
+            ) from exc
+    else:
+        raise ConfigurationError(f"{key}: expected a database URL string, got {value!r}", field=key)
+    backend = url.get_backend_name()
+    if backend not in _SUPPORTED_BACKENDS:
+        raise ConfigurationError(
+            f"{key}: unsupported database {backend!r} in {mask_url(url)}; "
+            "use sqlite:///path or postgresql+psycopg://user@host/db",
+            field=key,
+        )
+    if backend == "postgresql":
+        if url.drivername not in _POSTGRES_ALIASES:
+            raise ConfigurationError(
+                f"{key}: driver {url.drivername!r} is not supported; use postgresql+psycopg://",
+                field=key,
+            )
+        url = url.set(drivername="postgresql+psycopg")
+    elif url.drivername not in ("sqlite", "sqlite+pysqlite"):
+        raise ConfigurationError(f"{key}: use sqlite:///path for SQLite", field=key)
+    return url
+
+
+def mask_url(url: URL | str) -> str:
+    """Render a database URL with the password masked."""
+    if isinstance(url, str):
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError):
+            return _masked_text(url)
+        return parsed.render_as_string(hide_password=True)
+    return url.render_as_string(hide_password=True)
+
+
+def _masked_text(text: str) -> str:
+    # An unparsable URL may still hold "user:password@"; never echo the password.
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", str(text))
+
+
+def _prefix(value: Any) -> str:
+    if not isinstance(value, str) or not _PREFIX_RE.match(value):
+        raise ConfigurationError(
+            f"gaffer_table_prefix: {value!r} must be 1-30 lowercase letters, digits or "
+            "underscores, not starting with a digit",
+            field="gaffer_table_prefix",
+        )
+    return value
+
+
+def _seconds(conf: Mapping[str, Any], key: str, default: float, *, minimum: float) -> float:
+    value = conf.get(key)
+    if value is None:
+        return default
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigurationError(f"{key}: expected seconds, got {value!r}", field=key)
+    if value < minimum:
+        raise ConfigurationError(f"{key}: must be at least {minimum:g} s, got {value!r}", field=key)
+    return float(value)
+
+
+def _count(conf: Mapping[str, Any], key: str, default: int) -> int:
+    value = conf.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{key}: expected a whole number >= 1, got {value!r}", field=key)
+    return value
+
+
+def _port(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ConfigurationError(
+            f"gaffer_metrics_port: expected a TCP port 1-65535, got {value!r}",
+            field="gaffer_metrics_port",
+        )
+    return value

@@ -1,0 +1,105 @@
+"""One SQLAlchemy engine per process and database URL, created lazily.
+
+A forked child (Celery's prefork pool) must not share its parent's pooled connections:
+:func:`get_engine` notices the new process id and builds a fresh engine, leaving the
+parent's sockets alone (``dispose(close=False)``).
+
+SQLite is the embedded default and is used by several processes on one host (Beat and
+workers), so every connection runs in WAL mode with a busy timeout, and every write
+transaction starts with ``BEGIN IMMEDIATE``: it takes the database's write lock up
+front, so a read-then-write transaction can never be overtaken by another writer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL
+from sqlalchemy.orm import Session, sessionmaker
+
+# Milliseconds a SQLite writer waits for the write lock before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Execution option: this transaction only reads, so SQLite may start it DEFERRED.
+READ_ONLY = "gaffer_read_only"
+
+_lock = threading.Lock()
+_engines: dict[str, Engine] = {}
+_owner_pid = os.getpid()
+
+
+def get_engine(url: URL) -> Engine:
+    """The engine for ``url`` in this process (created on first use, re-created after fork)."""
+    global _owner_pid
+    key = url.render_as_string(hide_password=False)
+    with _lock:
+        if os.getpid() != _owner_pid:
+            # Inherited from the parent: drop our references without closing its sockets.
+            for inherited in _engines.values():
+                inherited.dispose(close=False)
+            _engines.clear()
+            _owner_pid = os.getpid()
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _create_engine(url)
+            _engines[key] = engine
+        return engine
+
+
+def dispose_engines(*, close: bool = True) -> None:
+    """Dispose every engine of this process (``close=False`` after a fork)."""
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose(close=close)
+        _engines.clear()
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions whose objects stay readable after commit."""
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def read_only(connection: Connection) -> Connection:
+    """Mark ``connection``'s next transaction as read-only (a DEFERRED begin on SQLite)."""
+    return connection.execution_options(**{READ_ONLY: True})
+
+
+def _create_engine(url: URL) -> Engine:
+    if url.get_backend_name() == "sqlite":
+        return _create_sqlite_engine(url)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=5,
+        max_overflow=10,
+        connect_args={"connect_timeout": 10, "application_name": "celery-gaffer"},
+    )
+
+
+def _create_sqlite_engine(url: URL) -> Engine:
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module so that we issue BEGIN.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if url.database not in (None, "", ":memory:"):
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        if connection.get_execution_options().get(READ_ONLY):
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

@@ -1,0 +1,50 @@
+"""``install(app)``: the one call that wires celery-gaffer into a Celery app.
+
+Importing celery_gaffer connects nothing; every receiver is connected here, with a
+``dispatch_uid`` so that a second call for the same app is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import signals
+
+from .settings import settings_for
+from .store import dispose_engines
+
+logger = logging.getLogger("celery_gaffer")
+
+_installed: dict[int, Any] = {}
+
+
+def install(app: Any) -> None:
+    """Wire celery-gaffer into ``app``: validate its settings and connect its receivers.
+
+    Safe to call more than once. Raises :class:`~celery_gaffer.ConfigurationError` when
+    a ``gaffer_*`` setting is invalid.
+    """
+    settings = settings_for(app)
+    if _installed.get(id(app)) is app:
+        return
+    signals.worker_process_init.connect(
+        _dispose_inherited_engines, weak=False, dispatch_uid="celery_gaffer.dispose_engines"
+    )
+    _installed[id(app)] = app
+    logger.debug(
+        "celery-gaffer installed on %s (database %s)",
+        app.main,
+        settings.masked_url,
+        extra={"action": "installed"},
+    )
+
+
+def is_installed(app: Any) -> bool:
+    """Whether :func:`install` was called for ``app`` in this process."""
+    return _installed.get(id(app)) is app
+
+
+def _dispose_inherited_engines(**_: Any) -> None:
+    # A prefork child must not reuse its parent's pooled connections.
+    dispose_engines(close=False)
