@@ -13,6 +13,9 @@ from .exceptions import (
     InvalidSchedule,
     LeaseHeld,
 )
+from .schedule_store import ScheduleStore
+from .scheduler import Scheduler
+from .schedules import Cron, Every, cron, every
 from .wiring import install
 
 try:
@@ -23,11 +26,17 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree no
 __all__ = [
     "AlreadyProcessed",
     "ConfigurationError",
+    "Cron",
+    "Every",
     "FenceLost",
     "GafferError",
     "InvalidInput",
     "InvalidSchedule",
     "LeaseHeld",
+    "ScheduleStore",
+    "Scheduler",
     "__version__",
+    "cron",
+    "every",
     "install",
 ]

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, TypeVar
 
 import click
 
 from .exceptions import GafferError
+from .schedule_store import ScheduleStore, StoredSchedule
+from .schedules import Cron, Every, cron, every
 from .store import database_for
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _app(ctx: click.Context) -> Any:
@@ -19,6 +27,64 @@ def _app(ctx: click.Context) -> Any:
     return app
 
 
+def _gaffer_errors(command: F) -> F:
+    """Print a GafferError as one line on stderr and exit 2 (no traceback)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except GafferError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _json_option(value: str | None, name: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc})", param_hint=name) from exc
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _describe(schedule: Cron | Every | None) -> str:
+    if schedule is None:
+        return "?"
+    if isinstance(schedule, Cron):
+        return f"cron {schedule.expr!r} {schedule.tz}"
+    return f"every {schedule.interval:g}s"
+
+
+def _state(stored: StoredSchedule) -> str:
+    if stored.error:
+        return "error"
+    return "enabled" if stored.enabled else "paused"
+
+
+def _schedule_json(stored: StoredSchedule) -> dict[str, Any]:
+    return {
+        "name": stored.name,
+        "task": stored.task,
+        "schedule": None if stored.schedule is None else stored.schedule.to_dict(),
+        "args": stored.args,
+        "kwargs": stored.kwargs,
+        "options": stored.options,
+        "catchup": stored.policy.catchup,
+        "overlap": stored.policy.overlap,
+        "state": _state(stored),
+        "source": stored.source,
+        "next_fire_at": None if stored.next_fire_at is None else stored.next_fire_at.isoformat(),
+        "error": stored.error,
+    }
+
+
 @click.group(name="gaffer")
 def gaffer() -> None:
     """celery-gaffer: schedules, runs and the Gaffer database."""
@@ -26,16 +92,167 @@ def gaffer() -> None:
 
 @gaffer.command()
 @click.pass_context
+@_gaffer_errors
 def migrate(ctx: click.Context) -> None:
     """Create or upgrade the Gaffer tables (running it twice changes nothing)."""
-    try:
-        database = database_for(_app(ctx))
-        before, after = database.migrate()
-    except GafferError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    database = database_for(_app(ctx))
+    before, after = database.migrate()
     where = database.settings.masked_url
     if before == after:
         click.echo(f"{where}: already at revision {after}, nothing to do")
     else:
         click.echo(f"{where}: migrated from {before or 'empty'} to revision {after}")
+
+
+@gaffer.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many.")
+@click.pass_context
+@_gaffer_errors
+def schedules(ctx: click.Context, as_json: bool, limit: int | None) -> None:
+    """List schedules: name, task, when, next fire, state and source."""
+    rows = ScheduleStore(_app(ctx), check_tasks=False).list(limit=limit)
+    if as_json:
+        for stored in rows:
+            click.echo(json.dumps(_schedule_json(stored)))
+        return
+    header = ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE")
+    table = [header] + [
+        (s.name, s.task, _describe(s.schedule), _when(s.next_fire_at), _state(s), s.source)
+        for s in rows
+    ]
+    widths = [min(40, max(len(str(row[i])) for row in table)) for i in range(len(header))]
+    for row in table:
+        click.echo(
+            "  ".join(
+                str(cell)[:40].ljust(width) for cell, width in zip(row, widths, strict=True)
+            ).rstrip()
+        )
+    for s in rows:
+        if s.error:
+            click.echo(f"error in {s.name}: {s.error}", err=True)
+
+
+@gaffer.command()
+@click.argument("name")
+@click.argument("task")
+@click.option("--cron", "cron_expr", help="Five-field cron expression, e.g. '30 2 * * *'.")
+@click.option("--tz", default="UTC", show_default=True, help="IANA zone of the cron expression.")
+@click.option("--every", "every_seconds", type=float, help="Interval in whole seconds.")
+@click.option("--jitter", type=float, default=0.0, help="Delay each fire by up to this many s.")
+@click.option("--args", "args_json", help="Positional arguments as a JSON list.")
+@click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
+@click.option("--options", "options_json", help="Celery send options as a JSON object.")
+@click.option("--catchup", type=click.Choice(["latest", "all", "skip"]), default=None)
+@click.option("--overlap", type=click.Choice(["allow", "forbid", "replace"]), default=None)
+@click.option(
+    "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
+)
+@click.option("--grace", type=float, default=None, help="Seconds before a fire counts as late.")
+@click.option("--paused", is_flag=True, help="Add it paused.")
+@click.option("--replace", is_flag=True, help="Overwrite a schedule of the same name.")
+@click.pass_context
+@_gaffer_errors
+def add(
+    ctx: click.Context,
+    name: str,
+    task: str,
+    cron_expr: str | None,
+    tz: str,
+    every_seconds: float | None,
+    jitter: float,
+    args_json: str | None,
+    kwargs_json: str | None,
+    options_json: str | None,
+    catchup: str | None,
+    overlap: str | None,
+    starting_deadline: float | None,
+    grace: float | None,
+    paused: bool,
+    replace: bool,
+) -> None:
+    """Add schedule NAME sending TASK (source db; Beat picks it up on its next tick)."""
+    if (cron_expr is None) == (every_seconds is None):
+        raise click.UsageError("give exactly one of --cron EXPR or --every SECONDS")
+    schedule = (
+        cron(cron_expr, tz, jitter=jitter)
+        if cron_expr is not None
+        else every(every_seconds if every_seconds is not None else 0, jitter=jitter)
+    )
+    policy: dict[str, Any] = {"enabled": not paused}
+    for key, value in (
+        ("catchup", catchup),
+        ("overlap", overlap),
+        ("starting_deadline", starting_deadline),
+        ("grace", grace),
+    ):
+        if value is not None:
+            policy[key] = value
+    stored = ScheduleStore(_app(ctx)).add(
+        name,
+        task,
+        schedule,
+        args=_json_option(args_json, "--args") or (),
+        kwargs=_json_option(kwargs_json, "--kwargs"),
+        options=_json_option(options_json, "--options"),
+        gaffer=policy,
+        replace=replace,
+    )
+    click.echo(
+        f"added {stored.name}: {_describe(stored.schedule)}, next fire {_when(stored.next_fire_at)}"
+    )
+
+
+@gaffer.command()
+@click.argument("name")
+@click.pass_context
+@_gaffer_errors
+def pause(ctx: click.Context, name: str) -> None:
+    """Pause schedule NAME (its fires while paused are never sent)."""
+    ScheduleStore(_app(ctx), check_tasks=False).pause(name)
+    click.echo(f"paused {name}")
+
+
+@gaffer.command()
+@click.argument("name")
+@click.pass_context
+@_gaffer_errors
+def resume(ctx: click.Context, name: str) -> None:
+    """Resume schedule NAME from its next nominal time."""
+    stored = ScheduleStore(_app(ctx), check_tasks=False).resume(name)
+    click.echo(f"resumed {name}, next fire {_when(stored.next_fire_at)}")
+
+
+@gaffer.command()
+@click.argument("name")
+@click.pass_context
+@_gaffer_errors
+def remove(ctx: click.Context, name: str) -> None:
+    """Remove schedule NAME (its history stays until cleanup)."""
+    ScheduleStore(_app(ctx), check_tasks=False).remove(name)
+    click.echo(f"removed {name}")
+
+
+@gaffer.command()
+@click.argument("name")
+@click.pass_context
+@_gaffer_errors
+def trigger(ctx: click.Context, name: str) -> None:
+    """Send one fire of NAME now, with its own key."""
+    key = ScheduleStore(_app(ctx), check_tasks=False).trigger(name)
+    click.echo(f"sent {key}")
+
+
+@gaffer.command()
+@click.argument("name")
+@click.option("--from", "start", required=True, type=click.DateTime(), help="UTC, exclusive.")
+@click.option("--to", "end", required=True, type=click.DateTime(), help="UTC, inclusive.")
+@click.option("--limit", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.pass_context
+@_gaffer_errors
+def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, limit: int) -> None:
+    """Send the fires of NAME between --from and --to (UTC) that were never sent."""
+    report = ScheduleStore(_app(ctx), check_tasks=False).backfill(
+        name, start.replace(tzinfo=timezone.utc), end.replace(tzinfo=timezone.utc), limit=limit
+    )
+    click.echo(f"sent {report.sent} fires of {name}; {report.already} were already in the ledger")

@@ -6,9 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, inspect, select
 
 from .models import models_for
 
@@ -36,11 +35,12 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine, prefix: str) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
+    version_table = models_for(prefix).version_table
     with engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection, opts={"version_table": models_for(prefix).version_table}
-        )
-        return context.get_current_revision()
+        if not inspect(connection).has_table(version_table):
+            return None
+        table = Table(version_table, MetaData(), Column("version_num", String(32)))
+        return connection.execute(select(table.c.version_num)).scalar()
 
 
 def migrate(engine: Engine, prefix: str) -> tuple[str | None, str]:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -221,3 +222,11 @@ def models_for(prefix: str = "gaffer_") -> Models:
         Cursor=Cursor,
         JobRun=JobRun,
     )
+
+
+def table_of(model: type[Any]) -> Table:
+    """The Core table a mapped class is mapped to."""
+    table = model.__table__
+    if not isinstance(table, Table):
+        raise TypeError(f"{model!r} is not mapped to a table")
+    return table

@@ -1,0 +1,306 @@
+"""The tick ledger: one row per fire, unique on ``(schedule, nominal_at)``.
+
+These functions run inside a transaction the caller owns. The rule they keep: a fire is
+inserted (or found already inserted) and the schedule's watermark advanced in the same
+transaction; only a fire this caller inserted, or a pending fire it claimed, is
+published by it, and a claim pushes ``publish_after`` forward so that no other Beat
+publishes the same fire before ``gaffer_republish_after`` has passed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Insert, Text, bindparam, func, select, type_coerce, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .keys import fire_key, fire_task_id
+from .store.models import Models, table_of
+
+# Rows per statement when a list of ids or parameters is sent to the database.
+CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A schedule row whose ``next_fire_at`` has passed, as read by a tick."""
+
+    id: int
+    name: str
+    task: str
+    schedule: Any
+    args: Any
+    kwargs: Any
+    options: Any
+    catchup: str
+    starting_deadline: float | None
+    enabled: bool
+    watermark_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """A fire ready to publish."""
+
+    id: int
+    schedule: str
+    nominal_at: datetime
+    key: str
+    task_id: str
+    kind: str
+    publish_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewFire:
+    """A fire to insert into the ledger."""
+
+    schedule: str
+    nominal_at: datetime
+    kind: str
+    state: str
+    publish_after: datetime
+    publish_count: int
+
+
+def decode_json(value: Any) -> Any:
+    """A JSON column read as raw text (SQLite) or already decoded (psycopg)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return json.loads(value)
+    return value
+
+
+def claim_due_schedules(
+    conn: Connection, models: Models, now: datetime, limit: int
+) -> list[DueSchedule]:
+    """Lock and return up to ``limit`` schedules with ``next_fire_at <= now``, oldest first.
+
+    On PostgreSQL rows another Beat has locked are skipped (``SKIP LOCKED``); on SQLite
+    the caller's ``BEGIN IMMEDIATE`` already excludes every other writer. JSON columns
+    are read as text so that one undecodable row cannot break the whole batch.
+    """
+    s = models.Schedule
+    stmt = (
+        select(
+            s.id,
+            s.name,
+            s.task,
+            type_coerce(s.schedule, Text),
+            type_coerce(s.args, Text),
+            type_coerce(s.kwargs, Text),
+            type_coerce(s.options, Text),
+            s.catchup,
+            s.starting_deadline,
+            s.enabled,
+            s.watermark_at,
+        )
+        .where(s.next_fire_at <= now)
+        .order_by(s.next_fire_at)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True, of=table_of(s))
+    return [DueSchedule(*row) for row in conn.execute(stmt)]
+
+
+def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[str, Any]]) -> None:
+    """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once.
+
+    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error"}``.
+    """
+    if not changes:
+        return
+    table = table_of(models.Schedule)
+    stmt = (
+        update(table)
+        .where(table.c.id == bindparam("b_id"))
+        .values(
+            watermark_at=bindparam("watermark_at"),
+            next_fire_at=bindparam("next_fire_at"),
+            error=bindparam("error"),
+        )
+    )
+    for start in range(0, len(changes), CHUNK):
+        conn.execute(stmt, list(changes[start : start + CHUNK]))
+
+
+def insert_fires(
+    conn: Connection, models: Models, fires: Sequence[NewFire], now: datetime
+) -> list[Fire]:
+    """Insert fires; return those this call inserted (a conflicting fire is not returned).
+
+    The unique ``(schedule, nominal_at)`` constraint is what makes a double tick, or two
+    Beats, harmless: the second insert of a fire does nothing and publishes nothing.
+    """
+    if not fires:
+        return []
+    table = table_of(models.Fire)
+    rows = []
+    for fire in fires:
+        key = fire_key(fire.schedule, fire.nominal_at)
+        rows.append(
+            {
+                "schedule": fire.schedule,
+                "nominal_at": fire.nominal_at,
+                "key": key,
+                "task_id": fire_task_id(key),
+                "kind": fire.kind,
+                "state": fire.state,
+                "publish_after": fire.publish_after,
+                "publish_count": fire.publish_count,
+                "created_at": now,
+            }
+        )
+    stmt = (
+        _insert(conn, table)
+        .on_conflict_do_nothing()
+        .returning(
+            table.c.id,
+            table.c.schedule,
+            table.c.nominal_at,
+            table.c.key,
+            table.c.task_id,
+            table.c.kind,
+            table.c.state,
+            table.c.publish_count,
+        )
+    )
+    inserted: list[Fire] = []
+    for start in range(0, len(rows), CHUNK):
+        result = conn.execute(stmt, rows[start : start + CHUNK])
+        for row in result:
+            if row.state == "pending":
+                inserted.append(
+                    Fire(
+                        row.id,
+                        row.schedule,
+                        row.nominal_at,
+                        row.key,
+                        row.task_id,
+                        row.kind,
+                        row.publish_count,
+                    )
+                )
+    return inserted
+
+
+def claim_pending(
+    conn: Connection, models: Models, now: datetime, republish_after: float, limit: int
+) -> list[Fire]:
+    """Claim pending fires whose ``publish_after`` has passed, and push it forward.
+
+    These are jittered fires whose send time has come, and fires whose publisher died
+    between commit and publish (or between publish and marking them sent).
+    """
+    f = models.Fire
+    stmt = (
+        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
+        .where(f.state == "pending", f.publish_after <= now)
+        .order_by(f.publish_after)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    # publish_count in the returned fires is the number of the attempt about to be made.
+    claimed = [
+        Fire(
+            row.id,
+            row.schedule,
+            row.nominal_at,
+            row.key,
+            row.task_id,
+            row.kind,
+            row.publish_count + 1,
+        )
+        for row in conn.execute(stmt)
+    ]
+    if claimed:
+        table = table_of(f)
+        for start in range(0, len(claimed), CHUNK):
+            ids = [fire.id for fire in claimed[start : start + CHUNK]]
+            conn.execute(
+                update(table)
+                .where(table.c.id.in_(ids))
+                .values(
+                    publish_after=now + timedelta(seconds=republish_after),
+                    publish_count=table.c.publish_count + 1,
+                )
+            )
+    return claimed
+
+
+def mark_sent(conn: Connection, models: Models, ids: Iterable[int], now: datetime) -> None:
+    """Mark published fires ``sent`` (a fire not marked is republished later)."""
+    table = table_of(models.Fire)
+    id_list = list(ids)
+    for start in range(0, len(id_list), CHUNK):
+        conn.execute(
+            update(table)
+            .where(table.c.id.in_(id_list[start : start + CHUNK]), table.c.state == "pending")
+            .values(state="sent", sent_at=now)
+        )
+
+
+def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None:
+    """A pending fire whose schedule was removed is never published."""
+    table = table_of(models.Fire)
+    id_list = list(ids)
+    if id_list:
+        conn.execute(update(table).where(table.c.id.in_(id_list)).values(state="cancelled"))
+
+
+def next_wakeup(conn: Connection, models: Models) -> datetime | None:
+    """The earliest ``next_fire_at`` or pending ``publish_after``: when work is next due."""
+    s, f = models.Schedule, models.Fire
+    next_fire = conn.execute(select(func.min(s.next_fire_at))).scalar()
+    next_publish = conn.execute(
+        select(func.min(f.publish_after)).where(f.state == "pending")
+    ).scalar()
+    candidates = [t for t in (next_fire, next_publish) if t is not None]
+    return min(candidates) if candidates else None
+
+
+def _insert(conn: Connection, table: Any) -> Any:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement: Insert = dialect.insert(table)
+    return statement
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What a fire of a schedule sends: the task, its arguments and Celery options."""
+
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+
+
+def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:
+    """The payloads of the named schedules that exist and decode (others are left out)."""
+    s = models.Schedule
+    wanted = sorted(set(names))
+    payloads: dict[str, Payload] = {}
+    for start in range(0, len(wanted), CHUNK):
+        stmt = select(
+            s.name,
+            s.task,
+            type_coerce(s.args, Text),
+            type_coerce(s.kwargs, Text),
+            type_coerce(s.options, Text),
+        ).where(s.name.in_(wanted[start : start + CHUNK]))
+        for name, task, args, kwargs, options in conn.execute(stmt):
+            try:
+                payloads[name] = Payload(
+                    task,
+                    list(decode_json(args)),
+                    dict(decode_json(kwargs)),
+                    dict(decode_json(options)),
+                )
+            except (TypeError, ValueError):
+                continue
+    return payloads

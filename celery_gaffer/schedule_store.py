@@ -1,0 +1,469 @@
+"""``ScheduleStore``: add, update, pause, resume and remove schedules from code.
+
+Schedules written here have source ``db``: the Beat's sync of ``beat_schedule`` never
+touches them. Every method validates before it writes and writes in one transaction,
+so bad input leaves nothing behind. Running Beats pick changes up on their next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import Connection, Table, Text, delete, insert, select, type_coerce, update
+from sqlalchemy.exc import IntegrityError
+
+from . import manual
+from .clock import Clock, utcnow
+from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
+from .ledger import decode_json
+from .schedules import Cron, Every, schedule_from_dict
+from .store import Database, database_for
+from .store.models import table_of
+from .validation import Policy, ScheduleSpec, validate_entry, validate_name
+
+logger = logging.getLogger("celery_gaffer.schedules")
+
+_EDITABLE = ("task", "schedule", "args", "kwargs", "options", "gaffer")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSchedule:
+    """A schedule as stored, with the state Beat keeps on it."""
+
+    name: str
+    task: str
+    schedule: Cron | Every | None
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    policy: Policy
+    source: str
+    watermark_at: datetime
+    next_fire_at: datetime | None
+    error: str | None
+    updated_at: datetime
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy.enabled
+
+
+class ScheduleStore:
+    """Schedules from code (source ``db``); the CLI is a thin layer over this class."""
+
+    def __init__(
+        self, app: Any, *, clock: Clock = utcnow, check_tasks: bool = True, source: str = "db"
+    ) -> None:
+        self.app = app
+        self.database: Database = database_for(app)
+        self._clock = clock
+        self._check_tasks = check_tasks
+        self._source = source
+
+    # -- writing --------------------------------------------------------------------
+
+    def add(
+        self,
+        name: str,
+        task: str,
+        schedule: Any,
+        *,
+        args: Any = (),
+        kwargs: Any = None,
+        options: Any = None,
+        gaffer: Mapping[str, Any] | None = None,
+        replace: bool = False,
+    ) -> StoredSchedule:
+        """Add a schedule; its first fire is its first nominal time after now.
+
+        Raises :class:`ScheduleExists` for an existing name unless ``replace=True``, and
+        a :class:`GafferError` naming the field for bad input.
+        """
+        spec = self._validate(
+            name=name,
+            task=task,
+            schedule=schedule,
+            args=args,
+            kwargs=kwargs,
+            options=options,
+            gaffer=gaffer,
+        )
+        now = self._clock()
+        with self.database.begin() as conn:
+            existing = self._row(conn, spec.name, lock=True)
+            if existing is not None:
+                if not replace:
+                    raise ScheduleExists(
+                        f"name: a schedule named {spec.name!r} already exists "
+                        "(pass replace=True to overwrite it)",
+                        field="name",
+                    )
+                conn.execute(
+                    update(self._models.Schedule)
+                    .where(self._models.Schedule.name == spec.name)
+                    .values(**_columns(spec, existing.watermark_at, now), source=self._source)
+                )
+            else:
+                conn.execute(insert(self._models.Schedule).values(**self._new_row(spec, now)))
+            return self._get(conn, spec.name)
+
+    def add_many(self, entries: Iterable[Mapping[str, Any]], *, chunk_size: int = 5000) -> int:
+        """Add many schedules (dicts with ``add``'s arguments), one transaction per chunk.
+
+        Each chunk is validated whole before it is written, and written whole or not at
+        all. A bad entry raises a GafferError naming its position and field; the chunks
+        before it stay written. Returns the number of schedules added.
+        """
+        if chunk_size < 1:
+            raise InvalidInput("chunk_size: must be at least 1", field="chunk_size")
+        known = self._known_tasks()
+        iterator = iter(entries)
+        added = 0
+        while chunk := list(islice(iterator, chunk_size)):
+            now = self._clock()
+            rows = []
+            for offset, entry in enumerate(chunk):
+                try:
+                    spec = validate_entry(**_entry_arguments(entry), known_tasks=known)
+                except GafferError as exc:
+                    raise type(exc)(
+                        f"entry {added + offset}: {exc} ({added} schedules were added before it)",
+                        field=exc.field,
+                    ) from exc
+                rows.append(self._new_row(spec, now))
+            try:
+                with self.database.begin() as conn:
+                    conn.execute(insert(self._models.Schedule), rows)
+            except IntegrityError as exc:
+                raise ScheduleExists(
+                    f"name: a schedule in entries {added}-{added + len(rows) - 1} already exists "
+                    f"or is repeated; that chunk was not written ({added} were added before it)",
+                    field="name",
+                ) from exc
+            added += len(rows)
+        return added
+
+    def update(self, name: str, **changes: Any) -> StoredSchedule:
+        """Change some of ``task``, ``schedule``, ``args``, ``kwargs``, ``options``, ``gaffer``.
+
+        ``gaffer`` options are merged into the current ones. The watermark is kept: fires
+        already decided are not sent again.
+        """
+        unknown = sorted(set(changes) - set(_EDITABLE))
+        if unknown:
+            raise InvalidInput(f"{unknown[0]}: not an editable field", field=unknown[0])
+        now = self._clock()
+        with self.database.begin() as conn:
+            current = self._require(conn, name, lock=True)
+            policy = _policy_dict(current.policy)
+            policy.update(changes.get("gaffer") or {})
+            spec = self._validate(
+                name=name,
+                task=changes.get("task", current.task),
+                schedule=changes.get("schedule", current.schedule),
+                args=changes.get("args", current.args),
+                kwargs=changes.get("kwargs", current.kwargs),
+                options=changes.get("options", current.options),
+                gaffer=policy,
+            )
+            conn.execute(
+                update(self._models.Schedule)
+                .where(self._models.Schedule.name == name)
+                .values(**_columns(spec, current.watermark_at, now))
+            )
+            return self._get(conn, name)
+
+    def pause(self, name: str) -> StoredSchedule:
+        """Stop firing ``name`` until :meth:`resume`; fires while paused are never sent."""
+        return self._set_enabled(name, False)
+
+    def resume(self, name: str) -> StoredSchedule:
+        """Fire ``name`` again from its first nominal time after now."""
+        return self._set_enabled(name, True)
+
+    def remove(self, name: str) -> None:
+        """Delete ``name``; its ledger and run history stay for ``cleanup`` to expire."""
+        with self.database.begin() as conn:
+            result = conn.execute(
+                delete(self._models.Schedule).where(self._models.Schedule.name == name)
+            )
+            if result.rowcount == 0:
+                raise ScheduleNotFound(f"name: no schedule named {name!r}", field="name")
+
+    def sync_config(self, beat_schedule: Mapping[str, Mapping[str, Any]]) -> None:
+        """Make the ``config`` schedules match ``app.conf.beat_schedule``.
+
+        New entries are added (first fire after now), changed ones updated (watermark and
+        paused state kept), and config schedules no longer configured removed. Schedules
+        of source ``db`` are never touched; a config entry with a db schedule's name is
+        ignored with a warning. Celery's ``crontab`` is refused (use ``cron(...)``).
+        """
+        known = self._known_tasks()
+        specs = []
+        for name, entry in beat_schedule.items():
+            if not isinstance(entry, Mapping):
+                raise InvalidInput(
+                    f"beat_schedule[{name!r}]: expected a dict", field="beat_schedule"
+                )
+            try:
+                specs.append(
+                    validate_entry(
+                        name=name,
+                        task=entry.get("task"),
+                        schedule=entry.get("schedule"),
+                        args=entry.get("args", ()),
+                        kwargs=entry.get("kwargs"),
+                        options=entry.get("options"),
+                        gaffer=entry.get("gaffer"),
+                        known_tasks=known,
+                    )
+                )
+            except GafferError as exc:
+                raise type(exc)(f"beat_schedule[{name!r}]: {exc}", field=exc.field) from exc
+        for attempt in range(2):
+            try:
+                self._sync(specs)
+                return
+            except IntegrityError:
+                # Another Beat inserted the same entry concurrently; its rows are now visible.
+                if attempt:
+                    raise
+
+    def _sync(self, specs: list[ScheduleSpec]) -> None:
+        now = self._clock()
+        table = table_of(self._models.Schedule)
+        wanted = {spec.name: spec for spec in specs}
+        with self.database.begin() as conn:
+            stored = {
+                row["name"]: row
+                for row in conn.execute(
+                    select(*_readable_columns(table))
+                    .where((table.c.source == "config") | table.c.name.in_(list(wanted)))
+                    .with_for_update()
+                ).mappings()
+            }
+            for name, spec in wanted.items():
+                row = stored.get(name)
+                if row is None:
+                    conn.execute(insert(table).values(**self._new_row(spec, now)))
+                elif row["source"] != "config":
+                    logger.warning(
+                        "beat_schedule entry %r ignored: a schedule of source %r has that name",
+                        name,
+                        row["source"],
+                        extra={"action": "config_entry_ignored", "schedule": name},
+                    )
+                else:
+                    current = _stored(row)
+                    columns = _columns(spec, current.watermark_at, now)
+                    if not current.enabled:
+                        columns.update(enabled=False, next_fire_at=None)
+                    if current.error is not None or _differs(current, spec):
+                        conn.execute(update(table).where(table.c.name == name).values(**columns))
+            gone = [n for n, row in stored.items() if row["source"] == "config" and n not in wanted]
+            if gone:
+                conn.execute(delete(table).where(table.c.name.in_(gone)))
+
+    def trigger(self, name: str) -> str:
+        """Publish one fire of ``name`` now, with its own key; returns the key."""
+        return manual.trigger(self.app, self.database, name, self._clock).key
+
+    def backfill(
+        self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
+    ) -> manual.BackfillReport:
+        """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have."""
+        stored = self.get(name)
+        if stored.schedule is None:
+            raise InvalidInput(f"name: schedule {name!r} is in error: {stored.error}", field="name")
+        return manual.backfill(
+            self.app, self.database, name, stored.schedule, start, end, self._clock, limit=limit
+        )
+
+    # -- reading --------------------------------------------------------------------
+
+    def get(self, name: str) -> StoredSchedule:
+        """The schedule named ``name``, or :class:`ScheduleNotFound`."""
+        with self.database.read() as conn:
+            return self._get(conn, name)
+
+    def list(self, *, limit: int | None = None) -> list[StoredSchedule]:
+        """Schedules ordered by name (at most ``limit``)."""
+        table = table_of(self._models.Schedule)
+        with self.database.read() as conn:
+            stmt = select(*_readable_columns(table)).order_by(table.c.name).limit(limit)
+            return [_stored(row) for row in conn.execute(stmt).mappings()]
+
+    # -- internals ------------------------------------------------------------------
+
+    @property
+    def _models(self) -> Any:
+        return self.database.models
+
+    def _known_tasks(self) -> Mapping[str, Any] | None:
+        if not self._check_tasks:
+            return None
+        self.app.loader.import_default_modules()
+        tasks: Mapping[str, Any] = self.app.tasks
+        return tasks
+
+    def _validate(self, **entry: Any) -> ScheduleSpec:
+        return validate_entry(**entry, known_tasks=self._known_tasks())
+
+    def _new_row(self, spec: ScheduleSpec, now: datetime) -> dict[str, Any]:
+        return {
+            "name": spec.name,
+            "source": self._source,
+            "created_at": now,
+            **_columns(spec, now, now),
+        }
+
+    def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
+        now = self._clock()
+        s = self._models.Schedule
+        with self.database.begin() as conn:
+            current = self._require(conn, name, lock=True)
+            if current.policy.enabled == enabled:
+                return current
+            values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
+            if enabled and current.schedule is not None:
+                # Fires that fell while paused are not missed: start again from now.
+                watermark = max(current.watermark_at, now)
+                values.update(
+                    watermark_at=watermark, next_fire_at=current.schedule.next_after(watermark)
+                )
+            else:
+                values["next_fire_at"] = None
+            conn.execute(update(s).where(s.name == name).values(**values))
+            return self._get(conn, name)
+
+    def _row(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule | None:
+        table = table_of(self._models.Schedule)
+        stmt = select(*_readable_columns(table)).where(table.c.name == validate_name(name))
+        if lock:
+            stmt = stmt.with_for_update()
+        row = conn.execute(stmt).mappings().one_or_none()
+        return None if row is None else _stored(row)
+
+    def _require(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule:
+        row = self._row(conn, name, lock=lock)
+        if row is None:
+            raise ScheduleNotFound(f"name: no schedule named {name!r}", field="name")
+        return row
+
+    def _get(self, conn: Connection, name: str) -> StoredSchedule:
+        return self._require(conn, name)
+
+
+def _columns(spec: ScheduleSpec, watermark: datetime, now: datetime) -> dict[str, Any]:
+    enabled = spec.policy.enabled
+    return {
+        "task": spec.task,
+        "schedule": spec.schedule.to_dict(),
+        "args": spec.args,
+        "kwargs": spec.kwargs,
+        "options": spec.options,
+        "catchup": spec.policy.catchup,
+        "starting_deadline": spec.policy.starting_deadline,
+        "overlap": spec.policy.overlap,
+        "grace": spec.policy.grace,
+        "enabled": enabled,
+        "watermark_at": watermark,
+        "next_fire_at": spec.schedule.next_after(watermark) if enabled else None,
+        "error": None,
+        "updated_at": now,
+    }
+
+
+def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(entry, Mapping):
+        raise InvalidInput(f"expected a dict of add() arguments, got {type(entry).__name__}")
+    allowed = {"name", "task", "schedule", "args", "kwargs", "options", "gaffer"}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise InvalidInput(f"{unknown[0]}: not an argument of add()", field=unknown[0])
+    for required in ("name", "task", "schedule"):
+        if required not in entry:
+            raise InvalidInput(f"{required}: missing", field=required)
+    return dict(entry)
+
+
+def _policy_dict(policy: Policy) -> dict[str, Any]:
+    return {
+        "catchup": policy.catchup,
+        "starting_deadline": policy.starting_deadline,
+        "overlap": policy.overlap,
+        "grace": policy.grace,
+        "enabled": policy.enabled,
+    }
+
+
+def _differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
+    return (
+        current.task,
+        current.schedule,
+        current.args,
+        current.kwargs,
+        current.options,
+        current.policy.catchup,
+        current.policy.starting_deadline,
+        current.policy.overlap,
+        current.policy.grace,
+    ) != (
+        spec.task,
+        spec.schedule,
+        spec.args,
+        spec.kwargs,
+        spec.options,
+        spec.policy.catchup,
+        spec.policy.starting_deadline,
+        spec.policy.overlap,
+        spec.policy.grace,
+    )
+
+
+def _readable_columns(table: Table) -> list[Any]:
+    # JSON read as text, so that a hand-corrupted row can be listed and reported.
+    json_columns = ("schedule", "args", "kwargs", "options")
+    return [
+        type_coerce(column, Text).label(column.name) if column.name in json_columns else column
+        for column in table.c
+    ]
+
+
+def _stored(row: Mapping[Any, Any]) -> StoredSchedule:
+    error = row["error"]
+    try:
+        schedule: Cron | Every | None = schedule_from_dict(decode_json(row["schedule"]))
+    except (GafferError, ValueError, TypeError) as exc:
+        schedule, error = None, error or f"schedule: {exc}"
+    decoded: dict[str, Any] = {}
+    for column, kind in (("args", list), ("kwargs", dict), ("options", dict)):
+        try:
+            decoded[column] = kind(decode_json(row[column]) or kind())
+        except (ValueError, TypeError) as exc:
+            decoded[column], error = kind(), error or f"{column}: undecodable ({exc})"
+    return StoredSchedule(
+        name=row["name"],
+        task=row["task"],
+        schedule=schedule,
+        args=decoded["args"],
+        kwargs=decoded["kwargs"],
+        options=decoded["options"],
+        policy=Policy(
+            catchup=row["catchup"],
+            starting_deadline=row["starting_deadline"],
+            overlap=row["overlap"],
+            grace=row["grace"],
+            enabled=row["enabled"],
+        ),
+        source=row["source"],
+        watermark_at=row["watermark_at"],
+        next_fire_at=row["next_fire_at"],
+        error=error,
+        updated_at=row["updated_at"],
+    )

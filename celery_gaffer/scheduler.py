@@ -1,0 +1,244 @@
+"""The Beat scheduler: ``celery -A proj beat -S gaffer``.
+
+Each tick reads only the schedules whose ``next_fire_at`` has passed (an index), decides
+their fires from the persisted watermark, inserts them into the ledger and advances the
+watermark in one transaction, and publishes after commit. Several Beats may run at once:
+the ledger's unique ``(schedule, nominal_at)`` and row locks make each fire sent once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import beat
+
+from .catchup import decide
+from .clock import Clock, utcnow
+from .exceptions import GafferError
+from .keys import fire_key
+from .ledger import (
+    DueSchedule,
+    Fire,
+    NewFire,
+    Payload,
+    advance_schedules,
+    claim_due_schedules,
+    claim_pending,
+    decode_json,
+    insert_fires,
+    load_payloads,
+    mark_cancelled,
+    next_wakeup,
+)
+from .publisher import publish
+from .schedule_store import ScheduleStore
+from .schedules import Cron, Every, schedule_from_dict
+from .store import Database, current_revision, database_for, head_revision
+from .validation import Policy
+
+logger = logging.getLogger("celery_gaffer.scheduler")
+
+
+class Scheduler(beat.Scheduler):  # type: ignore[misc]
+    """Celery Beat scheduler whose schedules and tick ledger live in the Gaffer database.
+
+    Safe to build with ``lazy=True`` (nothing is read or written then). ``tick`` sends
+    every due fire and returns the seconds until the next one, at most ``max_interval``.
+    """
+
+    #: Longest sleep between ticks: an edit made through the CLI or ScheduleStore is
+    #: picked up by the next tick, so this bounds how long that takes.
+    max_interval = 5.0
+    #: Schedules (and pending fires) handled per transaction.
+    batch_size = 1000
+    #: Longest a tick keeps dispatching before it lets Beat's loop run (it returns 0).
+    tick_budget = 1.0
+
+    def __init__(self, app: Any, *args: Any, clock: Clock = utcnow, **kwargs: Any) -> None:
+        self._clock = clock
+        self.database: Database = database_for(app)
+        self._parsed: dict[tuple[int, str], Cron | Every] = {}
+        self._reported_errors: set[tuple[str, str]] = set()
+        super().__init__(app, *args, **kwargs)
+
+    # -- celery.beat.Scheduler interface ----------------------------------------------
+
+    def setup_schedule(self) -> None:
+        """Check the database is migrated and sync ``beat_schedule`` into it (source config)."""
+        settings = self.database.settings
+        if current_revision(self.database.engine, settings.table_prefix) != head_revision():
+            raise GafferError(
+                f"the Gaffer database at {settings.masked_url} is not migrated: "
+                "run `celery -A <app> gaffer migrate`"
+            )
+        self.app.loader.import_default_modules()
+        ScheduleStore(self.app, clock=self._clock, source="config").sync_config(
+            self.app.conf.beat_schedule or {}
+        )
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Dispatch every due fire; return the seconds until the next one is due."""
+        started = time.monotonic()
+        while True:
+            now = self._clock()
+            busy = self._dispatch_due(now)
+            busy = self._publish_pending(now) or busy
+            if not busy or time.monotonic() - started > self.tick_budget:
+                break
+        if busy:
+            return 0.0
+        with self.database.read() as conn:
+            wake_at = next_wakeup(conn, self.database.models)
+        if wake_at is None:
+            return float(self.max_interval)
+        delay = (wake_at - self._clock()).total_seconds()
+        return max(0.0, min(delay, float(self.max_interval)))
+
+    def sync(self) -> None:
+        """Nothing to do: every tick's state is committed as it happens."""
+
+    def close(self) -> None:
+        super().close()
+
+    @property
+    def info(self) -> str:
+        settings = self.database.settings
+        return f"    . database -> {settings.masked_url}\n    . tables -> {settings.table_prefix}*"
+
+    @property
+    def schedule(self) -> dict[str, Any]:
+        # Schedules live in the database; Celery's in-memory dict stays empty.
+        return {}
+
+    @schedule.setter
+    def schedule(self, value: Any) -> None:
+        pass
+
+    # -- the tick ---------------------------------------------------------------------
+
+    def _dispatch_due(self, now: datetime) -> bool:
+        settings = self.database.settings
+        models = self.database.models
+        on_time = timedelta(seconds=max(2 * float(self.max_interval), 10.0))
+        republish_at = now + timedelta(seconds=settings.republish_after)
+        with self.database.begin() as conn:
+            due = claim_due_schedules(conn, models, now, self.batch_size)
+            if not due:
+                return False
+            new_fires: list[NewFire] = []
+            changes: list[dict[str, Any]] = []
+            payloads: dict[str, Payload] = {}
+            for row in due:
+                try:
+                    schedule, payload = self._usable(row)
+                except (GafferError, ValueError, TypeError) as exc:
+                    changes.append(self._error_change(row, exc))
+                    continue
+                policy = Policy(catchup=row.catchup, starting_deadline=row.starting_deadline)
+                decision = decide(
+                    schedule,
+                    policy,
+                    row.watermark_at,
+                    now,
+                    max_catchup=settings.max_catchup,
+                    on_time=on_time,
+                )
+                for nominal in decision.send:
+                    send_at = schedule.send_at(fire_key(row.name, nominal), nominal)
+                    if send_at <= now:
+                        new_fires.append(
+                            NewFire(row.name, nominal, "scheduled", "pending", republish_at, 1)
+                        )
+                    else:
+                        new_fires.append(
+                            NewFire(row.name, nominal, "scheduled", "pending", send_at, 0)
+                        )
+                for nominal in decision.missed:
+                    new_fires.append(NewFire(row.name, nominal, "scheduled", "missed", now, 0))
+                    logger.warning(
+                        "fire %s is older than its starting deadline: recorded as missed",
+                        fire_key(row.name, nominal),
+                        extra={"action": "fire_missed", "schedule": row.name},
+                    )
+                if decision.skipped:
+                    logger.warning(
+                        "schedule %s: %d missed fires not sent (catch-up policy %r)",
+                        row.name,
+                        decision.skipped,
+                        row.catchup,
+                        extra={"action": "fires_skipped", "schedule": row.name},
+                    )
+                payloads[row.name] = payload
+                changes.append(
+                    {
+                        "b_id": row.id,
+                        "watermark_at": decision.watermark,
+                        "next_fire_at": decision.next_fire_at,
+                        "error": None,
+                    }
+                )
+            inserted = insert_fires(conn, models, new_fires, now)
+            advance_schedules(conn, models, changes)
+        to_send = [fire for fire in inserted if fire.publish_count > 0]
+        self._publish(to_send, payloads)
+        return len(due) >= self.batch_size
+
+    def _publish_pending(self, now: datetime) -> bool:
+        settings = self.database.settings
+        models = self.database.models
+        with self.database.begin() as conn:
+            claimed = claim_pending(conn, models, now, settings.republish_after, self.batch_size)
+            if not claimed:
+                return False
+            payloads = load_payloads(conn, models, {fire.schedule for fire in claimed})
+            orphans = [fire.id for fire in claimed if fire.schedule not in payloads]
+            mark_cancelled(conn, models, orphans)
+        self._publish([fire for fire in claimed if fire.schedule in payloads], payloads)
+        return len(claimed) >= self.batch_size
+
+    def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
+        if fires:
+            publish(self.app, self.database, fires, payloads, self.producer, self._clock)
+
+    def _usable(self, row: DueSchedule) -> tuple[Cron | Every, Payload]:
+        """The parsed schedule and payload of a row, or an error saying why it is unusable."""
+        cache_key = (row.id, str(row.schedule))
+        schedule = self._parsed.get(cache_key)
+        if schedule is None:
+            schedule = schedule_from_dict(decode_json(row.schedule))
+            if len(self._parsed) >= 10_000:
+                self._parsed.clear()
+            self._parsed[cache_key] = schedule
+        if row.task not in self.app.tasks:
+            raise GafferError(f"task: {row.task!r} is not registered with this Beat's app")
+        try:
+            args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
+        except ValueError as exc:
+            raise GafferError(f"args/kwargs/options: undecodable JSON ({exc})") from exc
+        if (
+            not isinstance(args, list)
+            or not isinstance(kwargs, dict)
+            or not isinstance(options, dict)
+        ):
+            raise GafferError("args/kwargs/options: expected a list and two objects")
+        return schedule, Payload(row.task, args, kwargs, options)
+
+    def _error_change(self, row: DueSchedule, exc: Exception) -> dict[str, Any]:
+        message = str(exc) or type(exc).__name__
+        if (row.name, message) not in self._reported_errors:
+            self._reported_errors.add((row.name, message))
+            logger.error(
+                "schedule %s cannot be used and is marked in error: %s",
+                row.name,
+                message,
+                extra={"action": "schedule_error", "schedule": row.name},
+            )
+        return {
+            "b_id": row.id,
+            "watermark_at": row.watermark_at,
+            "next_fire_at": None,
+            "error": message,
+        }

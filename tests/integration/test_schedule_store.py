@@ -1,0 +1,165 @@
+"""ScheduleStore against real SQLite files and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_gaffer import GafferError, InvalidSchedule, ScheduleStore, cron, every
+from celery_gaffer.exceptions import InvalidInput, ScheduleExists, ScheduleNotFound
+
+from ..support import FrozenClock
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[Celery]:
+    app = Celery("store-test", broker="memory://", set_as_current=False)
+    app.conf.gaffer_database_url = database_url
+
+    @app.task(name="t.noop", shared=False)
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture
+def store(app: Celery, clock: FrozenClock) -> ScheduleStore:
+    return ScheduleStore(app, clock=clock)
+
+
+def test_add_get_list_round_trip(store: ScheduleStore, clock: FrozenClock) -> None:
+    added = store.add(
+        "report",
+        "t.noop",
+        cron("0 9 * * 1-5", "America/New_York"),
+        args=[1, "two"],
+        kwargs={"x": [3]},
+        options={"queue": "reports"},
+        gaffer={"catchup": "all", "overlap": "forbid", "grace": 300, "starting_deadline": 600},
+    )
+    got = store.get("report")
+    assert got == added
+    assert got.schedule == cron("0 9 * * 1-5", "America/New_York")
+    assert (got.args, got.kwargs, got.options) == ([1, "two"], {"x": [3]}, {"queue": "reports"})
+    assert (got.policy.catchup, got.policy.overlap, got.policy.grace) == ("all", "forbid", 300.0)
+    assert got.source == "db"
+    assert got.watermark_at == clock.now
+    # 2026-06-01 is a Monday; 09:00 in New York (EDT) is 13:00Z.
+    assert got.next_fire_at == clock.now.replace(hour=13)
+    assert [s.name for s in store.list()] == ["report"]
+
+
+def test_add_of_an_existing_name_needs_replace(store: ScheduleStore, clock: FrozenClock) -> None:
+    store.add("a", "t.noop", every(60))
+    with pytest.raises(ScheduleExists, match="replace=True"):
+        store.add("a", "t.noop", every(30))
+    assert store.get("a").schedule == every(60)
+    clock.advance(45)
+    replaced = store.add("a", "t.noop", every(30), replace=True)
+    assert replaced.schedule == every(30)
+    # The watermark is kept, so a replacement never re-sends a decided fire.
+    assert replaced.watermark_at == clock.now - timedelta(seconds=45)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"name": "x", "task": "t.unknown", "schedule": every(5)}, "task"),
+        ({"name": "x", "task": "t.noop", "schedule": "every day"}, "schedule"),
+        ({"name": "x" * 201, "task": "t.noop", "schedule": every(5)}, "name"),
+        ({"name": "", "task": "t.noop", "schedule": every(5)}, "name"),
+        ({"name": "x", "task": "t.noop", "schedule": every(5), "args": [object()]}, "args"),
+        (
+            {"name": "x", "task": "t.noop", "schedule": every(5), "kwargs": {"a": float("inf")}},
+            "kwargs",
+        ),
+        (
+            {"name": "x", "task": "t.noop", "schedule": every(5), "gaffer": {"catchup": "some"}},
+            "gaffer.catchup",
+        ),
+        (
+            {"name": "x", "task": "t.noop", "schedule": every(5), "gaffer": {"retries": 3}},
+            "gaffer.retries",
+        ),
+        (
+            {"name": "x", "task": "t.noop", "schedule": every(5), "gaffer": {"grace": -1}},
+            "gaffer.grace",
+        ),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(
+    store: ScheduleStore, kwargs: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(GafferError) as info:
+        store.add(**kwargs)
+    assert field in str(info.value)
+    assert store.list() == []
+
+
+def test_bad_zone_and_expression_are_invalid_schedules(store: ScheduleStore) -> None:
+    with pytest.raises(InvalidSchedule, match="tz"):
+        store.add("x", "t.noop", cron("0 3 * * *", "Europe/Atlantis"))
+    assert store.list() == []
+
+
+def test_add_many_writes_chunks_and_reports_a_bad_entry_by_position(store: ScheduleStore) -> None:
+    entries = [
+        {"name": f"tenant-{i}", "task": "t.noop", "schedule": every(60 + i)} for i in range(25)
+    ]
+    assert store.add_many(entries, chunk_size=10) == 25
+    assert len(store.list()) == 25
+    bad = [{"name": f"more-{i}", "task": "t.noop", "schedule": every(60)} for i in range(15)]
+    bad[12]["schedule"] = "nonsense"
+    with pytest.raises(InvalidSchedule) as info:
+        store.add_many(bad, chunk_size=10)
+    assert "entry 12" in str(info.value)
+    # The first chunk (10) was written; the chunk holding the bad entry was not.
+    assert len(store.list()) == 35
+
+
+def test_add_many_refuses_a_repeated_name_without_writing_its_chunk(store: ScheduleStore) -> None:
+    store.add("dup", "t.noop", every(60))
+    with pytest.raises(ScheduleExists):
+        store.add_many(
+            [
+                {"name": "new", "task": "t.noop", "schedule": every(5)},
+                {"name": "dup", "task": "t.noop", "schedule": every(5)},
+            ]
+        )
+    assert [s.name for s in store.list()] == ["dup"]
+
+
+def test_update_pause_resume_remove(store: ScheduleStore, clock: FrozenClock) -> None:
+    store.add("u", "t.noop", every(60), kwargs={"a": 1})
+    updated = store.update("u", kwargs={"a": 2}, gaffer={"catchup": "skip"})
+    assert updated.kwargs == {"a": 2}
+    assert updated.policy.catchup == "skip"
+    assert updated.schedule == every(60)
+    with pytest.raises(InvalidInput, match="bogus"):
+        store.update("u", bogus=1)
+
+    paused = store.pause("u")
+    assert not paused.enabled
+    assert paused.next_fire_at is None
+    clock.advance(3600)
+    resumed = store.resume("u")
+    assert resumed.enabled
+    # Fires that fell while paused are not owed: the next is the first after now.
+    assert resumed.next_fire_at == clock.now + timedelta(seconds=60)
+
+    store.remove("u")
+    with pytest.raises(ScheduleNotFound):
+        store.get("u")
+    with pytest.raises(ScheduleNotFound):
+        store.remove("u")

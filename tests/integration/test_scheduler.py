@@ -1,0 +1,315 @@
+"""The Beat scheduler in-process, with an injected clock, real databases and real Redis."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from celery import Celery
+from sqlalchemy import select, text, update
+
+from celery_gaffer import GafferError, Scheduler, ScheduleStore, cron, every
+from celery_gaffer.keys import fire_key, fire_task_id
+from celery_gaffer.store import database_for
+
+from ..support import FrozenClock, message_headers
+
+
+@pytest.fixture
+def app(database_url: str, redis_url: str) -> Iterator[Celery]:
+    app = Celery("sched-test", broker=redis_url, set_as_current=False)
+    app.conf.gaffer_database_url = database_url
+    app.conf.gaffer_max_catchup = 4
+    app.conf.gaffer_republish_after = 30
+
+    @app.task(name="t.noop", shared=False)
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+def make_scheduler(app: Celery, clock: FrozenClock) -> Scheduler:
+    return Scheduler(app, clock=clock)
+
+
+def sent_keys(redis_url: str) -> list[str]:
+    return [h["gaffer_key"] for h in message_headers(redis_url)]
+
+
+def ledger(app: Celery) -> list[tuple[str, str, int]]:
+    database = database_for(app)
+    fire = database.models.Fire
+    with database.read() as conn:
+        rows = conn.execute(
+            select(fire.key, fire.state, fire.publish_count).order_by(fire.nominal_at)
+        )
+        return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def test_lazy_construction_touches_nothing_and_the_banner_masks_the_password(
+    app: Celery, clock: FrozenClock
+) -> None:
+    from celery_gaffer.settings import forget_settings
+
+    app.conf.gaffer_database_url = "postgresql+psycopg://gaffer:hunter2@127.0.0.1:1/none"
+    forget_settings(app)
+    scheduler = Scheduler(app, clock=clock, lazy=True)  # nothing listens on port 1
+    assert "hunter2" not in scheduler.info
+    assert "postgresql+psycopg://gaffer:***@127.0.0.1:1/none" in scheduler.info
+    assert scheduler.schedule == {}
+    forget_settings(app)
+
+
+def test_a_fire_is_sent_once_with_its_deterministic_id_and_headers(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("nightly", "t.noop", every(60), args=[1], kwargs={"a": 2}, options={"expires": 3600})
+    scheduler = make_scheduler(app, clock)
+    assert scheduler.tick() == pytest.approx(60.0 - 0.0, abs=60)
+    assert sent_keys(redis_url) == []
+
+    clock.now = datetime(2026, 6, 1, 12, 1, 0, tzinfo=timezone.utc)
+    delay = scheduler.tick()
+    key = fire_key("nightly", clock.now)
+    [headers] = message_headers(redis_url)
+    assert headers["gaffer_key"] == key == "nightly@2026-06-01T12:01:00Z"
+    assert headers["id"] == fire_task_id(key)
+    assert headers["gaffer_schedule"] == "nightly"
+    assert headers["gaffer_nominal_at"] == "2026-06-01T12:01:00Z"
+    assert headers["celery_beat_task"] is True
+    assert headers["task"] == "t.noop"
+    assert 0 < delay <= scheduler.max_interval
+    assert ledger(app) == [(key, "sent", 1)]
+
+    # A second tick at the same instant (a double tick) and a second Beat send nothing.
+    scheduler.tick()
+    make_scheduler(app, clock).tick()
+    assert sent_keys(redis_url) == [key]
+
+
+@pytest.mark.parametrize(
+    ("catchup", "expected_per_tick"),
+    [("latest", [1, 0]), ("all", [4, 4, 2, 0]), ("skip", [0])],
+)
+def test_catch_up_after_ten_missed_intervals(
+    app: Celery, clock: FrozenClock, redis_url: str, catchup: str, expected_per_tick: list[int]
+) -> None:
+    created = clock.now
+    ScheduleStore(app, clock=clock).add("s", "t.noop", every(60), gaffer={"catchup": catchup})
+    scheduler = make_scheduler(app, clock)
+    clock.advance(10 * 60 + 30)  # Beat was down: ten fires were missed
+    per_tick = []
+    for _ in expected_per_tick:
+        before = len(sent_keys(redis_url))
+        scheduler.tick()
+        per_tick.append(len(sent_keys(redis_url)) - before)
+    assert per_tick == expected_per_tick
+    keys = sent_keys(redis_url)
+    expected_all = [fire_key("s", created + timedelta(minutes=k)) for k in range(1, 11)]
+    if catchup == "all":
+        assert keys == expected_all  # oldest first
+    elif catchup == "latest":
+        assert keys == expected_all[-1:]
+    # Afterwards the schedule goes on from now, whatever the policy.
+    clock.now = created + timedelta(minutes=11)
+    scheduler.tick()
+    assert sent_keys(redis_url)[-1] == fire_key("s", created + timedelta(minutes=11))
+
+
+def test_starting_deadline_records_missed_fires(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    ScheduleStore(app, clock=clock).add(
+        "s", "t.noop", every(60), gaffer={"catchup": "all", "starting_deadline": 150}
+    )
+    scheduler = make_scheduler(app, clock)
+    clock.advance(5 * 60 + 10)
+    scheduler.tick()  # at most gaffer_max_catchup (4) fires a tick
+    scheduler.tick()
+    states = Counter(state for _key, state, _count in ledger(app))
+    # Fires at +1..+5 min; at +5:10 those older than 150 s (+1, +2) are missed.
+    assert states == {"missed": 2, "sent": 3}
+    assert len(sent_keys(redis_url)) == 3
+
+
+def test_a_committed_fire_whose_publish_failed_is_published_once_after_republish_after(
+    app: Celery, clock: FrozenClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ScheduleStore(app, clock=clock).add("s", "t.noop", every(3600))
+    scheduler = make_scheduler(app, clock)
+    real_send = app.send_task
+    calls = []
+
+    def broken_send(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["task_id"])
+        raise ConnectionError("broker went away between commit and publish")
+
+    monkeypatch.setattr(app, "send_task", broken_send)
+    clock.advance(3600)
+    scheduler.tick()
+    assert len(calls) == 1
+    assert sent_keys(redis_url) == []
+    [(key, state, count)] = ledger(app)
+    assert (state, count) == ("pending", 1)
+
+    monkeypatch.setattr(app, "send_task", real_send)
+    clock.advance(29)
+    scheduler.tick()
+    assert sent_keys(redis_url) == []  # not yet: gaffer_republish_after is 30 s
+    clock.advance(2)
+    scheduler.tick()
+    other_beat = make_scheduler(app, clock)
+    other_beat.tick()
+    scheduler.tick()
+    assert sent_keys(redis_url) == [key]
+    assert ledger(app) == [(key, "sent", 2)]
+
+
+def test_jitter_delays_the_send_but_not_the_nominal_time(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    ScheduleStore(app, clock=clock).add("j", "t.noop", every(600, jitter=300))
+    scheduler = make_scheduler(app, clock)
+    clock.advance(600)
+    scheduler.tick()
+    [(key, state, _)] = ledger(app)
+    schedule = every(600, jitter=300)
+    nominal = datetime(2026, 6, 1, 12, 10, tzinfo=timezone.utc)
+    send_at = schedule.send_at(key, nominal)
+    assert nominal < send_at < nominal + timedelta(seconds=300)
+    assert state == "pending"
+    assert sent_keys(redis_url) == []
+    clock.now = send_at
+    scheduler.tick()
+    assert sent_keys(redis_url) == [key] == [fire_key("j", nominal)]
+
+
+def test_unusable_rows_are_marked_in_error_and_others_keep_firing(
+    app: Celery, clock: FrozenClock, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    for name in ("good", "bad-zone", "bad-task", "bad-args"):
+        store.add(name, "t.noop", cron("* * * * *"))
+    database = database_for(app)
+    table = database.models.Schedule.__table__  # type: ignore[attr-defined]
+    with database.begin() as conn:
+        conn.execute(
+            update(table)
+            .where(table.c.name == "bad-zone")
+            .values(
+                schedule={"kind": "cron", "expr": "* * * * *", "tz": "Mars/Olympus", "jitter": 0}
+            )
+        )
+        conn.execute(update(table).where(table.c.name == "bad-task").values(task="t.missing"))
+        if conn.dialect.name == "sqlite":
+            conn.execute(text("UPDATE gaffer_schedules SET args = '[1, 2' WHERE name = 'bad-args'"))
+        else:
+            conn.execute(
+                text("""UPDATE gaffer_schedules SET args = '"text"' WHERE name = 'bad-args'""")
+            )
+    scheduler = make_scheduler(app, clock)
+    with caplog.at_level(logging.ERROR, logger="celery_gaffer"):
+        for _ in range(3):
+            clock.advance(60)
+            scheduler.tick()
+    assert Counter(h["gaffer_schedule"] for h in message_headers(redis_url)) == {"good": 3}
+    errors = [r for r in caplog.records if getattr(r, "action", None) == "schedule_error"]
+    assert sorted(r.schedule for r in errors) == ["bad-args", "bad-task", "bad-zone"]  # type: ignore[attr-defined]
+    listed = {s.name: s for s in store.list()}
+    assert listed["good"].error is None
+    assert "Mars/Olympus" in (listed["bad-zone"].error or "")
+    assert "t.missing" in (listed["bad-task"].error or "")
+    assert listed["bad-args"].error
+
+
+def test_edits_are_picked_up_on_the_next_tick(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    scheduler = make_scheduler(app, clock)
+    store.add("e", "t.noop", every(60))
+    clock.advance(60)
+    scheduler.tick()
+    store.update("e", schedule=every(10))
+    clock.advance(10)
+    scheduler.tick()
+    store.pause("e")
+    clock.advance(30)
+    scheduler.tick()
+    store.resume("e")
+    clock.advance(10)
+    scheduler.tick()
+    store.remove("e")
+    clock.advance(10)
+    scheduler.tick()
+    nominal = [h["gaffer_nominal_at"] for h in message_headers(redis_url)]
+    assert nominal == ["2026-06-01T12:01:00Z", "2026-06-01T12:01:10Z", "2026-06-01T12:01:50Z"]
+
+
+def test_config_entries_are_synced_and_db_entries_left_alone(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    ScheduleStore(app, clock=clock).add("from-db", "t.noop", every(60))
+    app.conf.beat_schedule = {
+        "from-config": {"task": "t.noop", "schedule": 30.0},
+        "from-db": {"task": "t.noop", "schedule": every(5)},
+    }
+    make_scheduler(app, clock)
+    listed = {s.name: s for s in ScheduleStore(app).list()}
+    assert listed["from-config"].source == "config"
+    assert listed["from-config"].schedule == every(30)
+    assert listed["from-db"].source == "db"
+    assert listed["from-db"].schedule == every(60)
+    app.conf.beat_schedule = {}
+    make_scheduler(app, clock)
+    assert {s.name for s in ScheduleStore(app).list()} == {"from-db"}
+
+
+def test_celery_crontab_in_beat_schedule_is_refused(app: Celery, clock: FrozenClock) -> None:
+    from celery.schedules import crontab
+
+    app.conf.beat_schedule = {"old": {"task": "t.noop", "schedule": crontab(minute="*/5")}}
+    with pytest.raises(Exception, match=r"cron\("):
+        make_scheduler(app, clock)
+
+
+def test_trigger_sends_one_manual_fire_with_its_own_key(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("t", "t.noop", every(3600), args=["x"])
+    first = store.trigger("t")
+    second = store.trigger("t")
+    assert first == fire_key("t", clock.now)
+    assert second != first
+    assert sent_keys(redis_url) == [first, second]
+    assert [h["id"] for h in message_headers(redis_url)] == [
+        fire_task_id(first),
+        fire_task_id(second),
+    ]
+
+
+def test_backfill_sends_past_fires_once(app: Celery, clock: FrozenClock, redis_url: str) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("b", "t.noop", every(3600))
+    start = clock.now - timedelta(hours=5)
+    report = store.backfill("b", start, clock.now - timedelta(hours=2))
+    assert (report.sent, report.already) == (3, 0)
+    report = store.backfill("b", start, clock.now)
+    assert (report.sent, report.already) == (2, 3)
+    nominal = [h["gaffer_nominal_at"] for h in message_headers(redis_url)]
+    assert nominal == [f"2026-06-01T{h:02d}:00:00Z" for h in (8, 9, 10, 11, 12)]
+    with pytest.raises(GafferError, match="past"):
+        store.backfill("b", start, clock.now + timedelta(hours=1))

@@ -1,0 +1,43 @@
+"""Small test doubles and readers shared by the test folders."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import redis
+
+QUEUE = "celery"
+
+
+@dataclass
+class FrozenClock:
+    """A clock that moves only when told to (inject it; never sleep in unit tests)."""
+
+    now: datetime = field(
+        default_factory=lambda: datetime(2026, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
+    )
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+def broker_messages(redis_url: str, queue: str = QUEUE) -> list[dict[str, Any]]:
+    """The messages waiting in a Redis-transport queue, oldest first, as decoded JSON."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        raw = client.lrange(queue, 0, -1)
+    finally:
+        client.close()
+    # kombu's Redis transport LPUSHes and BRPOPs: the oldest message is last.
+    return [json.loads(item) for item in reversed(raw)]
+
+
+def message_headers(redis_url: str, queue: str = QUEUE) -> list[dict[str, Any]]:
+    return [message["headers"] for message in broker_messages(redis_url, queue)]
