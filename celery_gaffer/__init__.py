@@ -16,6 +16,7 @@ from .exceptions import (
 from .schedule_store import ScheduleStore
 from .scheduler import Scheduler
 from .schedules import Cron, Every, cron, every
+from .task import BatchReport, GafferTask
 from .wiring import install
 
 try:
@@ -25,11 +26,13 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree no
 
 __all__ = [
     "AlreadyProcessed",
+    "BatchReport",
     "ConfigurationError",
     "Cron",
     "Every",
     "FenceLost",
     "GafferError",
+    "GafferTask",
     "InvalidInput",
     "InvalidSchedule",
     "LeaseHeld",

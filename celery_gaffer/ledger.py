@@ -38,7 +38,7 @@ class DueSchedule:
     options: Any
     catchup: str
     starting_deadline: float | None
-    enabled: bool
+    overlap: str
     watermark_at: datetime
 
 
@@ -95,7 +95,7 @@ def claim_due_schedules(
             type_coerce(s.options, Text),
             s.catchup,
             s.starting_deadline,
-            s.enabled,
+            s.overlap,
             s.watermark_at,
         )
         .where(s.next_fire_at <= now)
@@ -278,6 +278,7 @@ class Payload:
     args: list[Any]
     kwargs: dict[str, Any]
     options: dict[str, Any]
+    overlap: str = "allow"
 
 
 def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:
@@ -292,14 +293,16 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
             type_coerce(s.args, Text),
             type_coerce(s.kwargs, Text),
             type_coerce(s.options, Text),
+            s.overlap,
         ).where(s.name.in_(wanted[start : start + CHUNK]))
-        for name, task, args, kwargs, options in conn.execute(stmt):
+        for name, task, args, kwargs, options, overlap in conn.execute(stmt):
             try:
                 payloads[name] = Payload(
                     task,
                     list(decode_json(args)),
                     dict(decode_json(kwargs)),
                     dict(decode_json(options)),
+                    overlap,
                 )
             except (TypeError, ValueError):
                 continue

@@ -16,14 +16,21 @@ logger = logging.getLogger("celery_gaffer.publisher")
 BEAT_HEADER = "celery_beat_task"
 
 
-def fire_headers(fire: Fire) -> dict[str, Any]:
-    """The message headers of a fire (DESIGN.md: gaffer_schedule / _nominal_at / _key)."""
-    return {
+def fire_headers(fire: Fire, payload: Payload) -> dict[str, Any]:
+    """The message headers of a fire (DESIGN.md: gaffer_schedule / _nominal_at / _key).
+
+    ``gaffer_overlap`` carries the schedule's overlap policy to the task when it is not
+    ``allow``.
+    """
+    headers: dict[str, Any] = {
         BEAT_HEADER: True,
         "gaffer_schedule": fire.schedule,
         "gaffer_nominal_at": fire.nominal_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "gaffer_key": fire.key,
     }
+    if payload.overlap != "allow":
+        headers["gaffer_overlap"] = payload.overlap
+    return headers
 
 
 def publish(
@@ -43,7 +50,7 @@ def publish(
     for fire in fires:
         payload = payloads[fire.schedule]
         options = dict(payload.options)
-        headers = {**(options.pop("headers", None) or {}), **fire_headers(fire)}
+        headers = {**(options.pop("headers", None) or {}), **fire_headers(fire, payload)}
         try:
             app.send_task(
                 payload.task,

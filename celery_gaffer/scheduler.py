@@ -224,7 +224,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             or not isinstance(options, dict)
         ):
             raise GafferError("args/kwargs/options: expected a list and two objects")
-        return schedule, Payload(row.task, args, kwargs, options)
+        return schedule, Payload(row.task, args, kwargs, options, row.overlap)
 
     def _error_change(self, row: DueSchedule, exc: Exception) -> dict[str, Any]:
         message = str(exc) or type(exc).__name__

@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import signals
 
+from . import runs
 from .settings import settings_for
 from .store import dispose_engines
 
@@ -31,6 +32,7 @@ def install(app: Any) -> None:
     signals.worker_process_init.connect(
         _dispose_inherited_engines, weak=False, dispatch_uid="celery_gaffer.dispose_engines"
     )
+    runs.connect(app)
     _installed[id(app)] = app
     logger.debug(
         "celery-gaffer installed on %s (database %s)",

@@ -1,0 +1,125 @@
+"""Bounded, resumable batches: ``GafferTask.run_batches``.
+
+Each batch is one fenced transaction that handles its rows and saves the durable cursor,
+so a run killed half-way is resumed by the next holder of the batch lease from the last
+committed batch, and no row is handled twice in effect. No new batch starts once the
+deadline has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from .fencing import RunContext, fenced_sessions, run_info
+from .store.dbclock import db_now
+from .store.models import Models, table_of
+
+Fetch = Callable[[Session, Any, int], Sequence[Any]]
+Handle = Callable[[Session, Any], Any]
+KeyOf = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """How a ``run_batches`` call ended.
+
+    ``processed`` rows in this call, the ``cursor`` value saved last, whether the run
+    ``caught_up`` (a batch came back short), the number of ``batches`` committed, and
+    what stopped it: ``"caught_up"`` or ``"deadline"``.
+    """
+
+    processed: int
+    cursor: Any
+    caught_up: bool
+    batches: int
+    stopped_by: str
+
+
+def load_cursor(conn: Connection, models: Models, name: str) -> Any:
+    table = table_of(models.Cursor)
+    return conn.execute(select(table.c.value).where(table.c.name == name)).scalar()
+
+
+def save_cursor(
+    conn: Connection, models: Models, name: str, value: Any, processed: int, fence: int | None
+) -> None:
+    table = table_of(models.Cursor)
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(table).values(
+        name=name, value=value, processed=processed, fence=fence, updated_at=db_now()
+    )
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[table.c.name],
+            set_={
+                "value": statement.excluded.value,
+                "processed": table.c.processed + processed,
+                "fence": statement.excluded.fence,
+                "updated_at": statement.excluded.updated_at,
+            },
+        )
+    )
+
+
+def record_progress(
+    conn: Connection, models: Models, task_id: str, items: int, cursor: Any
+) -> None:
+    """Keep the run's ``gaffer_job_runs`` row current (a no-op when it has none)."""
+    table = table_of(models.JobRun)
+    conn.execute(
+        update(table)
+        .where(table.c.task_id == task_id, table.c.state == "running")
+        .values(items=items, cursor=json.dumps(cursor, default=str), updated_at=db_now())
+    )
+
+
+def run_batches(
+    run: RunContext,
+    cursor: str,
+    fetch: Fetch,
+    handle: Handle,
+    key: KeyOf,
+    *,
+    batch_size: int,
+    deadline: float | None,
+    progress: Callable[..., None],
+    clock: Callable[[], float] = time.monotonic,
+) -> BatchReport:
+    """Run batches under the lease ``batch:{cursor}`` (see GafferTask.run_batches)."""
+    database = run.database
+    models = database.models
+    started = clock()
+    factory = fenced_sessions(database.engine)
+    with database.read() as conn:
+        value = load_cursor(conn, models, cursor)
+    processed = batches = 0
+    while True:
+        if deadline is not None and clock() - started >= deadline:
+            return BatchReport(processed, value, False, batches, "deadline")
+        with factory(info=run_info(run, "claim")) as session:
+            rows = list(fetch(session, value, batch_size))
+            caught_up = len(rows) < batch_size
+            for row in rows:
+                handle(session, row)
+            if rows:
+                value = key(rows[-1])
+            conn = session.connection()
+            save_cursor(conn, models, cursor, value, len(rows), run.fence)
+            record_progress(conn, models, run.task_id, processed + len(rows), value)
+            if caught_up:
+                # The batch that catches up completes the key with its own writes.
+                session.info["gaffer_claim"] = "complete"
+            session.commit()
+        processed += len(rows)
+        batches += 1
+        progress(processed=processed, cursor=value, batches=batches)
+        if caught_up:
+            return BatchReport(processed, value, True, batches, "caught_up")

@@ -1,0 +1,302 @@
+"""``GafferTask``: idempotent, fenced, bounded and observable Celery tasks.
+
+.. code-block:: python
+
+    @app.task(base=GafferTask, bind=True, gaffer_key="invoice.settled:{invoice_id}")
+    def settle(self, invoice_id):
+        with self.session() as s:
+            s.get(Invoice, invoice_id).status = "settled"
+
+Assume at-least-once delivery: a run may be delivered twice, twice at once, or again
+after a worker died. The key is completed in the transaction of the run's writes, so
+only one delivery's writes ever commit; a delivery that finds its key completed does
+nothing and ends ``duplicate``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from celery import Task
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from .batches import BatchReport, run_batches
+from .exceptions import AlreadyProcessed, FenceLost, GafferError, InvalidInput, LeaseHeld
+from .fencing import RunContext, current_run, fenced_sessions, require_run, run_info
+from .idempotency import COMPLETED, key_state
+from .leases import Lease
+from .store import Database, database_for
+from .validation import OVERLAP_POLICIES, validate_key
+
+logger = logging.getLogger("celery_gaffer.task")
+
+# The longest gap between two task-progress events of one run.
+PROGRESS_INTERVAL = 1.0
+
+
+class GafferTask(Task):  # type: ignore[misc]
+    """Celery task base class: idempotency keys, fenced leases, resumable batches.
+
+    Class attributes (also accepted as ``@app.task(...)`` options):
+
+    * ``gaffer_key``: a ``str.format`` template over the bound arguments, e.g.
+      ``"invoice.settled:{invoice_id}"`` (or override :meth:`idempotency_key`).
+    * ``gaffer_overlap``: ``"allow"`` (default), ``"forbid"`` (a run that finds another
+      live run is recorded ``skipped``, or waits ``gaffer_overlap_wait`` seconds first)
+      or ``"replace"`` (the new run takes the lease over; the old run's writes fail).
+    """
+
+    acks_late = True
+    gaffer_key: str | None = None
+    gaffer_overlap: str = "allow"
+    gaffer_overlap_wait: float = 0.0
+
+    # -- Celery's entry point ---------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        database = self._database()
+        task_id = request.id or str(uuid.uuid4())
+        run = RunContext(
+            database=database,
+            task_id=task_id,
+            owner=f"{request.hostname or socket.gethostname()}:{os.getpid()}:{task_id}",
+            key=self._run_key(args, kwargs),
+        )
+        token = current_run.set(run)
+        try:
+            if run.key is not None:
+                with database.read() as conn:
+                    run.key_state = key_state(conn, database.models, run.key)
+                if run.key_state == COMPLETED:
+                    return self._end_without_work(run, "duplicate")
+            overlap = self._overlap_lease()
+            if overlap is not None:
+                name, policy = overlap
+                try:
+                    self._take(run, name, steal=policy == "replace", wait=self.gaffer_overlap_wait)
+                except LeaseHeld:
+                    return self._end_without_work(run, "skipped")
+            return super().__call__(*args, **kwargs)
+        except AlreadyProcessed:
+            return self._end_without_work(run, "duplicate")
+        except FenceLost:
+            self._set_outcome(run, "fence_lost")
+            raise
+        finally:
+            # Kept on the request for the run record written at task_postrun.
+            request.gaffer_run_key = run.key
+            request.gaffer_run_fence = run.last_fence
+            run.close()
+            current_run.reset(token)
+
+    # -- the API a task body uses -------------------------------------------------------
+
+    def idempotency_key(self, *args: Any, **kwargs: Any) -> str | None:
+        """The run's key from ``gaffer_key`` and the bound arguments (None: no key)."""
+        template = self.gaffer_key
+        if template is None:
+            return None
+        try:
+            bound = inspect.signature(self.run).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInput(
+                f"gaffer_key: cannot bind arguments ({exc})", field="gaffer_key"
+            ) from exc
+        bound.apply_defaults()
+        try:
+            return template.format(**bound.arguments)
+        except (KeyError, IndexError, AttributeError, ValueError) as exc:
+            raise InvalidInput(
+                f"gaffer_key: template {template!r} cannot be filled ({exc!r})", field="gaffer_key"
+            ) from exc
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A SQLAlchemy session on the Gaffer database, committed when the block ends.
+
+        Its commit checks the fence of every lease the run holds and completes the
+        run's key, in the same transaction as the block's writes: a stale fence rolls it
+        back with :class:`FenceLost`, a key completed by another run with
+        :class:`AlreadyProcessed` (the run then ends ``duplicate``).
+        """
+        run = require_run()
+        session = fenced_sessions(run.database.engine)(info=run_info(run))
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A Core connection in a transaction, sealed like :meth:`session` on commit."""
+        run = require_run()
+        with run.database.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+                run.seal(conn, "complete")
+            if run.key is not None:
+                run.key_state = COMPLETED
+
+    @contextmanager
+    def lease(self, name: str, ttl: float | None = None) -> Iterator[Lease]:
+        """Hold the fenced lease ``name`` (renewed in the background) for the block.
+
+        Raises :class:`LeaseHeld` when another live holder has it. While held, every
+        :meth:`session` commit of this run is fenced by it.
+        """
+        run = require_run()
+        lease = self._take(run, name, ttl=ttl)
+        try:
+            yield lease
+        finally:
+            run.release(lease)
+
+    def progress(self, **fields: Any) -> None:
+        """Send a ``task-progress`` event (Flower shows the run as ``PROGRESS``)."""
+        try:
+            self.send_event("task-progress", **fields)
+        except Exception:
+            logger.warning(
+                "could not send task-progress", exc_info=True, extra={"action": "progress_failed"}
+            )
+
+    def run_batches(
+        self,
+        cursor: str,
+        fetch: Callable[[Session, Any, int], Sequence[Any]],
+        handle: Callable[[Session, Any], Any],
+        *,
+        key: Callable[[Any], Any],
+        batch_size: int = 500,
+        deadline: float | None = None,
+    ) -> BatchReport:
+        """Process rows in bounded, fenced, resumable batches.
+
+        ``fetch(session, after, limit)`` returns the next rows after the cursor value
+        ``after`` (None at the start); ``handle(session, row)`` does one row's work;
+        ``key(row)`` is the row's cursor value (JSON). Each batch is one transaction that
+        also saves the cursor ``cursor``; no batch starts after ``deadline`` seconds
+        (default: 80% of the soft time limit, if any).
+        """
+        if batch_size < 1:
+            raise InvalidInput("batch_size: must be at least 1", field="batch_size")
+        run = require_run()
+        if deadline is None:
+            deadline = self._default_deadline()
+        name = f"batch:{cursor}"
+        held = next((lease for lease in run.leases if lease.name == name), None)
+        lease = held or self._take(run, name)
+        last_progress = [0.0]
+
+        def progress(**fields: Any) -> None:
+            now = time.monotonic()
+            if now - last_progress[0] >= PROGRESS_INTERVAL:
+                last_progress[0] = now
+                self.progress(**fields)
+
+        try:
+            report = run_batches(
+                run,
+                cursor,
+                fetch,
+                handle,
+                key,
+                batch_size=batch_size,
+                deadline=deadline,
+                progress=progress,
+            )
+        finally:
+            if held is None:
+                run.release(lease)
+        self.progress(processed=report.processed, cursor=report.cursor, batches=report.batches)
+        return report
+
+    # -- internals --------------------------------------------------------------------
+
+    def _database(self) -> Database:
+        return database_for(self.app)
+
+    def _run_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        fire_key = getattr(self.request, "gaffer_key", None)
+        key = fire_key if fire_key else self.idempotency_key(*args, **kwargs)
+        return None if key is None else validate_key(key)
+
+    def _overlap_lease(self) -> tuple[str, str] | None:
+        schedule = getattr(self.request, "gaffer_schedule", None)
+        schedule_policy = getattr(self.request, "gaffer_overlap", None) or "allow"
+        if schedule and schedule_policy != "allow":
+            return f"overlap:schedule:{schedule}", schedule_policy
+        policy = self.gaffer_overlap
+        if policy not in OVERLAP_POLICIES:
+            raise InvalidInput(
+                f"gaffer_overlap: {policy!r} is not one of {OVERLAP_POLICIES}",
+                field="gaffer_overlap",
+            )
+        if policy == "allow":
+            return None
+        return f"overlap:task:{self.name}", policy
+
+    def _take(
+        self,
+        run: RunContext,
+        name: str,
+        *,
+        ttl: float | None = None,
+        steal: bool = False,
+        wait: float = 0.0,
+    ) -> Lease:
+        ttl = ttl if ttl is not None else run.database.settings.lease_ttl
+        waited_until = time.monotonic() + max(0.0, float(wait))
+        while True:
+            try:
+                return run.acquire(name, ttl, steal=steal)
+            except LeaseHeld:
+                if time.monotonic() >= waited_until:
+                    raise
+                time.sleep(0.25)
+
+    def _default_deadline(self) -> float | None:
+        soft = None
+        limits = getattr(self.request, "timelimit", None)
+        if limits and limits[1]:
+            soft = limits[1]
+        soft = soft or self.soft_time_limit or self.app.conf.task_soft_time_limit
+        return 0.8 * float(soft) if soft else None
+
+    def _set_outcome(self, run: RunContext, outcome: str) -> None:
+        run.outcome = outcome
+        self.request.gaffer_outcome = outcome
+
+    def _end_without_work(self, run: RunContext, outcome: str) -> None:
+        self._set_outcome(run, outcome)
+        logger.info(
+            "%s[%s] ended %s (key %s)",
+            self.name,
+            run.task_id,
+            outcome,
+            run.key,
+            extra={"action": f"run_{outcome}", "task_id": run.task_id, "key": run.key},
+        )
+        return None
+
+
+def current_gaffer_run() -> RunContext | None:
+    """The run context of the Gaffer task running in this thread, if any."""
+    return current_run.get()
+
+
+__all__ = ["BatchReport", "GafferError", "GafferTask", "current_gaffer_run"]

@@ -1,0 +1,304 @@
+"""GafferTask in-process (Celery's tracer via ``apply``) on real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+from sqlalchemy import Integer, String, func, select, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+import celery_gaffer
+from celery_gaffer import FenceLost, GafferTask, LeaseHeld
+from celery_gaffer.leases import LeaseClient
+from celery_gaffer.store import database_for
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Effect(Base):
+    __tablename__ = "test_effects"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    label: Mapped[str] = mapped_column(String(200))
+    fence: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Item(Base):
+    __tablename__ = "test_items"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    handled: Mapped[int] = mapped_column(Integer, default=0)
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[Celery]:
+    app = Celery("task-test", broker="memory://", set_as_current=False)
+    app.conf.gaffer_database_url = database_url
+    app.conf.gaffer_lease_ttl = 2
+    celery_gaffer.install(app)
+    engine = database_for(app).engine
+    Base.metadata.drop_all(engine)
+    Base.metadata.create_all(engine)
+    yield app
+    app.close()
+
+
+def effects(app: Celery) -> list[tuple[str, int | None]]:
+    with database_for(app).session() as s:
+        return [(e.label, e.fence) for e in s.scalars(select(Effect).order_by(Effect.id))]
+
+
+def run_states(app: Celery, task_name: str) -> list[str]:
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        return list(
+            conn.execute(
+                select(runs.state).where(runs.task_name == task_name).order_by(runs.id)
+            ).scalars()
+        )
+
+
+def test_the_same_key_twice_has_one_effect_and_the_second_run_is_a_duplicate(app: Celery) -> None:
+    @app.task(
+        base=GafferTask,
+        bind=True,
+        gaffer_key="invoice.settled:{invoice_id}",
+        shared=False,
+        name="t.settle",
+    )
+    def settle(self: GafferTask, invoice_id: int) -> str:
+        with self.session() as s:
+            s.add(Effect(label=f"settled {invoice_id}"))
+        return "done"
+
+    assert settle.apply((42,)).get() == "done"
+    assert settle.apply((42,)).get() is None
+    assert settle.apply(kwargs={"invoice_id": 43}).get() == "done"
+    assert effects(app) == [("settled 42", None), ("settled 43", None)]
+    assert run_states(app, "t.settle") == ["succeeded", "duplicate", "succeeded"]
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        keys = conn.execute(select(runs.key).order_by(runs.id)).scalars().all()
+    assert keys == ["invoice.settled:42"] * 2 + ["invoice.settled:43"]
+
+
+def test_two_deliveries_at_once_commit_one_effect(app: Celery) -> None:
+    started = threading.Barrier(2)
+
+    @app.task(base=GafferTask, bind=True, gaffer_key="k:{n}", shared=False, name="t.slow")
+    def slow(self: GafferTask, n: int) -> None:
+        started.wait(10)
+        with self.session() as s:
+            s.add(Effect(label=f"slow {n}"))
+            s.flush()
+            time.sleep(0.3)  # both transactions are open at once
+
+    threads = [threading.Thread(target=lambda: slow.apply((7,))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert effects(app) == [("slow 7", None)]
+    assert sorted(run_states(app, "t.slow")) == ["duplicate", "succeeded"]
+
+
+def test_a_stale_fence_cannot_commit(app: Celery) -> None:
+    stolen = threading.Event()
+    holding = threading.Event()
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.fenced")
+    def fenced(self: GafferTask) -> None:
+        with self.lease("reports", ttl=30) as lease:
+            with self.session() as s:
+                s.add(Effect(label="before", fence=lease.fence))
+            holding.set()
+            stolen.wait(10)
+            with self.session() as s:
+                s.add(Effect(label="after", fence=lease.fence))
+
+    worker = threading.Thread(target=lambda: fenced.apply())
+    worker.start()
+    assert holding.wait(10)
+    thief = LeaseClient(database_for(app)).acquire("reports", "thief", 30, steal=True)
+    stolen.set()
+    worker.join(30)
+    assert effects(app) == [("before", thief.fence - 1)]
+    assert run_states(app, "t.fenced") == ["fence_lost"]
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        error_type, fence = conn.execute(select(runs.error_type, runs.fence)).one()
+    assert error_type == "FenceLost"
+    assert fence == thief.fence - 1
+
+
+def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
+    contender_errors: list[str] = []
+    done = threading.Event()
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.long")
+    def long(self: GafferTask) -> int:
+        with self.lease("long", ttl=0.6) as lease:
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+            lease.check()
+            with self.session() as s:
+                s.add(Effect(label="end", fence=lease.fence))
+            return lease.fence
+
+    def contend() -> None:
+        client = LeaseClient(database_for(app))
+        while not done.is_set():
+            try:
+                client.acquire("long", "contender", 0.6)
+                contender_errors.append("acquired")
+            except LeaseHeld:
+                pass
+            time.sleep(0.1)
+
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(long.apply().get()))
+    worker.start()
+    time.sleep(0.3)
+    contender = threading.Thread(target=contend)
+    contender.start()
+    worker.join(30)
+    done.set()
+    contender.join(10)
+    assert contender_errors == []
+    assert effects(app) == [("end", result[0])]
+
+
+def test_overlap_forbid_skips_and_replace_fences_out_the_old_run(app: Celery) -> None:
+    release = threading.Event()
+    inside = threading.Event()
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.exclusive", gaffer_overlap="forbid")
+    def exclusive(self: GafferTask, label: str) -> None:
+        if label in ("first", "old"):
+            inside.set()
+            release.wait(10)
+        with self.session() as s:
+            s.add(Effect(label=label))
+
+    first = threading.Thread(target=lambda: exclusive.apply(("first",)))
+    first.start()
+    assert inside.wait(10)
+    exclusive.apply(("second",))  # returns at once: skipped
+    release.set()
+    first.join(30)
+    assert effects(app) == [("first", None)]
+    assert run_states(app, "t.exclusive") == ["succeeded", "skipped"]
+
+    release.clear()
+    inside.clear()
+    exclusive.gaffer_overlap = "replace"
+    old = threading.Thread(target=lambda: exclusive.apply(("old",)))
+    old.start()
+    assert inside.wait(10)
+    exclusive.apply(("new",))  # takes the lease over from the running "old"
+    release.set()
+    old.join(30)
+    assert [label for label, _ in effects(app)] == ["first", "new"]
+    assert run_states(app, "t.exclusive") == ["succeeded", "skipped", "fence_lost", "succeeded"]
+
+
+def _fill_items(app: Celery, n: int) -> None:
+    with database_for(app).session() as s:
+        s.execute(text("DELETE FROM test_items"))
+        s.add_all(Item(id=i, handled=0) for i in range(1, n + 1))
+        s.commit()
+
+
+def _fetch(session: Session, after: Any, limit: int) -> list[Item]:
+    query = select(Item).order_by(Item.id).limit(limit)
+    if after is not None:
+        query = query.where(Item.id > after)
+    return list(session.scalars(query))
+
+
+def test_batches_resume_from_the_saved_cursor_and_handle_each_row_once(app: Celery) -> None:
+    _fill_items(app, 1000)
+    crash_at = [550]
+
+    def handle(session: Session, item: Item) -> None:
+        if item.id == crash_at[0]:
+            raise RuntimeError("worker died")
+        item.handled += 1
+
+    @app.task(
+        base=GafferTask, bind=True, shared=False, name="t.batches", gaffer_key="nightly:{day}"
+    )
+    def batches(self: GafferTask, day: str) -> dict[str, Any]:
+        report = self.run_batches("items", _fetch, handle, key=lambda item: item.id, batch_size=100)
+        return {
+            "processed": report.processed,
+            "caught_up": report.caught_up,
+            "cursor": report.cursor,
+        }
+
+    first = batches.apply(("2026-06-01",))
+    assert first.failed()
+    crash_at[0] = -1
+    second = batches.apply(("2026-06-01",))
+    assert second.get() == {"processed": 500, "caught_up": True, "cursor": 1000}
+    assert batches.apply(("2026-06-01",)).get() is None  # the key is completed: duplicate
+    with database_for(app).session() as s:
+        counts = s.execute(select(Item.handled, func.count()).group_by(Item.handled)).all()
+    assert counts == [(1, 1000)]
+    assert run_states(app, "t.batches") == ["failed", "succeeded", "duplicate"]
+
+
+def test_a_deadline_stops_cleanly_and_the_next_run_continues(app: Celery) -> None:
+    _fill_items(app, 300)
+
+    def handle(session: Session, item: Item) -> None:
+        time.sleep(0.004)
+        item.handled += 1
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.bounded")
+    def bounded(self: GafferTask) -> dict[str, Any]:
+        report = self.run_batches(
+            "bounded", _fetch, handle, key=lambda item: item.id, batch_size=50, deadline=0.3
+        )
+        return {
+            "caught_up": report.caught_up,
+            "stopped_by": report.stopped_by,
+            "processed": report.processed,
+        }
+
+    reports = []
+    for _ in range(50):
+        reports.append(bounded.apply().get())
+        if reports[-1]["caught_up"]:
+            break
+    assert reports[0]["stopped_by"] == "deadline"
+    assert reports[-1]["stopped_by"] == "caught_up"
+    assert sum(r["processed"] for r in reports) == 300
+    with database_for(app).session() as s:
+        assert s.execute(select(func.min(Item.handled), func.max(Item.handled))).one() == (1, 1)
+
+
+def test_renewal_failure_stops_the_run_at_its_next_commit(app: Celery) -> None:
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.lost")
+    def lost(self: GafferTask) -> None:
+        with self.lease("lost", ttl=0.6) as lease:
+            LeaseClient(database_for(app)).acquire("lost", "thief", 30, steal=True)
+            time.sleep(0.6)  # the renewer finds the fence stale
+            assert lease.lost
+            with pytest.raises(FenceLost):
+                lease.check()
+            with self.session() as s:
+                s.add(Effect(label="never"))
+
+    lost.apply()
+    assert effects(app) == []
+    assert run_states(app, "t.lost") == ["fence_lost"]
