@@ -51,7 +51,9 @@ class Item(Base):
     handled: Mapped[int] = mapped_column(Integer, default=0)
 
 
-@app.task(base=GafferTask, bind=True, name="tproj.settle", gaffer_key="invoice.settled:{{invoice_id}}")
+@app.task(
+    base=GafferTask, bind=True, name="tproj.settle", gaffer_key="invoice.settled:{{invoice_id}}"
+)
 def settle(self, invoice_id, pause=0.0):
     with self.session() as s:
         s.add(Effect(label=f"settled {{invoice_id}}", writer=str(os.getpid())))

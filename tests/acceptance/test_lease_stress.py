@@ -7,6 +7,7 @@ newer holder's write would show as a fence lower than one already committed befo
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import random
@@ -97,12 +98,13 @@ def test_eight_contenders_never_commit_a_stale_fence(postgres_url: str) -> None:
         fences = [
             row[0] for row in conn.execute(text("SELECT fence FROM test_fenced ORDER BY seq"))
         ]
-    stale = sum(1 for before, after in zip(fences, fences[1:], strict=False) if after < before)
+    stale = sum(1 for before, after in itertools.pairwise(fences) if after < before)
     commits = sum(t["commits"] for t in tallies)
     fence_lost = sum(t["fence_lost"] for t in tallies)
     print(
         f"commits {commits} (rows {len(fences)}), distinct fences {len(set(fences))}, "
-        f"fence_lost {fence_lost}, pauses {pauses}, held {sum(t['held'] for t in tallies)}, stale writes {stale}"
+        f"fence_lost {fence_lost}, pauses {pauses}, "
+        f"held {sum(t['held'] for t in tallies)}, stale writes {stale}"
     )
     assert commits == len(fences)
     assert len(fences) >= 1000

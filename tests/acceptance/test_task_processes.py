@@ -99,7 +99,8 @@ def test_a_paused_holder_cannot_write_after_its_lease_was_taken(
         with get_engine(parse_database_url(database_url)).connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").execute(
                 text(
-                    f'ALTER DATABASE "{parse_database_url(database_url).database}" SET idle_in_transaction_session_timeout = 1000'
+                    f'ALTER DATABASE "{parse_database_url(database_url).database}" '
+                    "SET idle_in_transaction_session_timeout = 1000"
                 )
             )
     with celery_processes() as procs:
@@ -145,7 +146,8 @@ def test_a_batch_run_killed_half_way_resumes_and_handles_every_row_once(
     with engine.begin() as conn:
         conn.execute(
             text(
-                f"INSERT INTO test_items (id, handled) SELECT g, 0 FROM generate_series(1, {rows}) g"
+                "INSERT INTO test_items (id, handled) "
+                f"SELECT g, 0 FROM generate_series(1, {rows}) g"
             )
         )
 
