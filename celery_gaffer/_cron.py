@@ -17,10 +17,10 @@ fires, and a gap that ends off the minute (Africa/Monrovia 1972) is rounded to t
 
 from __future__ import annotations
 
-import copy
 import heapq
+from bisect import bisect_right
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, time, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -143,7 +143,7 @@ class ZonedCron:
     the only state written is a one-entry cache replaced in a single assignment.
     """
 
-    __slots__ = ("_fixed_time", "_last_gap", "_template", "_zone")
+    __slots__ = ("_fixed_time", "_hours", "_last_gap", "_template", "_zone")
 
     def __init__(self, fields: str, zone: tzinfo, fixed_time: bool) -> None:
         try:
@@ -151,6 +151,7 @@ class ZonedCron:
             self._template = CronSim(for_cronsim(fields), datetime(2000, 1, 1))
         except CronSimError as exc:
             raise InvalidSchedule(f"expr {fields!r} is invalid: {exc}", field="expr") from exc
+        self._hours = tuple(sorted(self._template.hours))
         self._zone = zone
         self._fixed_time = fixed_time
         # The most recent gap end found, as (before, end): a gap holds many matching
@@ -166,7 +167,9 @@ class ZonedCron:
             start = self._scan_start(after)
         except OverflowError:  # within a day of year 1 or 9999
             return
-        sim = copy.copy(self._template)
+        # A shallow copy shares the parsed (never mutated) field sets.
+        sim = CronSim.__new__(CronSim)
+        sim.__dict__.update(self._template.__dict__)
         sim.dt = start
         pending: list[datetime] = []
         last = after
@@ -204,6 +207,14 @@ class ZonedCron:
                 # ``after`` is in the first pass of a repeated hour: the second pass
                 # starts earlier on the wall clock and its fires are all after ``after``.
                 wall -= here - repeat
+        if wall.hour not in self._template.hours:
+            # cronsim would step through the unmatched hours one by one (most of its
+            # time for a daily schedule); no match lies before the next matching hour.
+            later = bisect_right(self._hours, wall.hour)
+            if later < len(self._hours):
+                wall = datetime.combine(wall.date(), time(self._hours[later]))
+            else:
+                wall = datetime.combine(wall.date() + timedelta(days=1), time(self._hours[0]))
         # cronsim steps one second before matching: start one second early so that a
         # match exactly at ``wall`` is seen.
         return wall - _ONE_SECOND

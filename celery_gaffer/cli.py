@@ -10,11 +10,16 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import click
+from sqlalchemy import select
 
+from .cleanup import cleanup
+from .clock import utcnow
 from .exceptions import GafferError
+from .health import all_health
 from .schedule_store import ScheduleStore, StoredSchedule
 from .schedules import Cron, Every, cron, every
 from .store import database_for
+from .store.models import table_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,18 +121,13 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None) -> None:
         for stored in rows:
             click.echo(json.dumps(_schedule_json(stored)))
         return
-    header = ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE")
-    table = [header] + [
-        (s.name, s.task, _describe(s.schedule), _when(s.next_fire_at), _state(s), s.source)
-        for s in rows
-    ]
-    widths = [min(40, max(len(str(row[i])) for row in table)) for i in range(len(header))]
-    for row in table:
-        click.echo(
-            "  ".join(
-                str(cell)[:40].ljust(width) for cell, width in zip(row, widths, strict=True)
-            ).rstrip()
-        )
+    _table(
+        ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE"),
+        [
+            (s.name, s.task, _describe(s.schedule), _when(s.next_fire_at), _state(s), s.source)
+            for s in rows
+        ],
+    )
     for s in rows:
         if s.error:
             click.echo(f"error in {s.name}: {s.error}", err=True)
@@ -256,3 +256,110 @@ def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, limi
         name, start.replace(tzinfo=timezone.utc), end.replace(tzinfo=timezone.utc), limit=limit
     )
     click.echo(f"sent {report.sent} fires of {name}; {report.already} were already in the ledger")
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    table = [header, *rows]
+    widths = [min(40, max(len(str(row[i])) for row in table)) for i in range(len(header))]
+    for row in table:
+        cells = (str(cell)[:40].ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo("  ".join(cells).rstrip())
+
+
+@gaffer.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+@_gaffer_errors
+def status(ctx: click.Context, as_json: bool) -> None:
+    """One line per schedule with its state: ok, late, failing, paused or error.
+
+    Exits 1 when any schedule is late or failing (use it as a probe or a cron check).
+    """
+    database = database_for(_app(ctx))
+    with database.read() as conn:
+        healths = all_health(conn, database.models, utcnow(), database.settings)
+    if as_json:
+        for h in healths:
+            click.echo(
+                json.dumps(
+                    {
+                        "schedule": h.schedule,
+                        "state": h.state,
+                        "last_success_at": _iso(h.last_success_at),
+                        "next_fire_at": _iso(h.next_fire_at),
+                        "consecutive_failures": h.consecutive_failures,
+                        "late_since": _iso(h.due_nominal_at) if h.state == "late" else None,
+                        "error": h.error,
+                    }
+                )
+            )
+    else:
+        _table(
+            ("SCHEDULE", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES"),
+            [
+                (
+                    h.schedule,
+                    h.state,
+                    _when(h.last_success_at),
+                    _when(h.next_fire_at),
+                    h.consecutive_failures,
+                )
+                for h in healths
+            ],
+        )
+        click.echo(f"{len(healths)} schedules; database {database.settings.masked_url}")
+    if any(h.alerting for h in healths):
+        sys.exit(1)
+
+
+@gaffer.command()
+@click.option("--schedule", "schedule_name", default=None, help="Only this schedule's runs.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+@_gaffer_errors
+def runs(ctx: click.Context, schedule_name: str | None, limit: int, as_json: bool) -> None:
+    """The latest runs, newest first: schedule, nominal time, state, items, duration."""
+    database = database_for(_app(ctx))
+    table = table_of(database.models.JobRun)
+    query = select(table).order_by(table.c.id.desc()).limit(limit)
+    if schedule_name is not None:
+        query = query.where(table.c.schedule == schedule_name)
+    with database.read() as conn:
+        rows = list(conn.execute(query).mappings())
+    if as_json:
+        for row in rows:
+            click.echo(
+                json.dumps({k: _iso(v) if isinstance(v, datetime) else v for k, v in row.items()})
+            )
+        return
+    _table(
+        ("SCHEDULE", "NOMINAL", "TASK", "STATE", "ITEMS", "DURATION", "ERROR"),
+        [
+            (
+                row["schedule"] or "-",
+                _when(row["nominal_at"]),
+                row["task_name"],
+                row["state"],
+                "-" if row["items"] is None else row["items"],
+                "-" if row["duration"] is None else f"{row['duration']:.2f}s",
+                (row["error_type"] or "")
+                + (f": {row['error_message']}" if row["error_message"] else ""),
+            )
+            for row in rows
+        ],
+    )
+
+
+@gaffer.command(name="cleanup")
+@click.pass_context
+@_gaffer_errors
+def cleanup_command(ctx: click.Context) -> None:
+    """Delete run records, ledger rows and completed keys past their retention."""
+    database = database_for(_app(ctx))
+    report = cleanup(database, utcnow())
+    click.echo(f"deleted {report.runs} runs, {report.fires} ledger rows, {report.keys} keys")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()

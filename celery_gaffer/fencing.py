@@ -73,7 +73,7 @@ class RunContext:
         for lease in list(reversed(self.leases)):
             try:
                 self.release(lease)
-            except Exception:
+            except Exception:  # noqa: BLE001 - an expired lease frees itself anyway
                 self.leases.remove(lease)
         if self._renewer is not None:
             self._renewer.stop()

@@ -210,7 +210,7 @@ class Renewer:
                     continue
                 try:
                     self.client.renew(lease)
-                except Exception:
+                except Exception:  # noqa: BLE001 - a failed renewal must not kill the thread
                     _note_renewal_error(lease)
 
 

@@ -1,65 +1,50 @@
 """Signal receivers that write one ``gaffer_job_runs`` row per delivery.
 
 Connected by :func:`celery_gaffer.install` for one app (receivers check the sender's
-app), with a ``dispatch_uid``. A row is written for every delivery of a GafferTask and of
-a task sent by the Gaffer scheduler (its message carries ``gaffer_*`` headers): ``running``
-at ``task_prerun``, then its final state at ``task_postrun`` (``succeeded``, ``failed``,
-``retrying``, or the ``duplicate`` / ``skipped`` / ``fence_lost`` outcome the run set),
-or ``revoked``. A failure to write a row is logged with the run's id and never breaks
-the task.
+app), each with a ``dispatch_uid``. A row is written for every delivery of a GafferTask
+and of a task sent by the Gaffer scheduler (its message carries ``gaffer_*`` headers):
+``running`` at ``task_prerun``, its final state at ``task_postrun`` (``succeeded``,
+``failed``, ``retrying``, or the ``duplicate`` / ``skipped`` / ``fence_lost`` outcome the
+run set), ``revoked`` from ``task_revoked``. While a run is ``running`` a heartbeat keeps
+its ``updated_at`` fresh; Beat marks a row whose heartbeat stopped ``lost``. A failure to
+write a row is logged with the run's id and never breaks the task.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from datetime import datetime, timezone
 from typing import Any
 
 from celery import signals, states
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Connection, case, func, insert, select, update
 
 from .store import Database, database_for
-from .store.models import ERROR_LENGTH, table_of
+from .store.dbclock import db_now
+from .store.models import ERROR_LENGTH, Models, table_of
 
 logger = logging.getLogger("celery_gaffer.runs")
 
-FINAL_STATES = (
-    "succeeded",
-    "failed",
-    "retrying",
-    "revoked",
-    "skipped",
-    "duplicate",
-    "fence_lost",
-    "missed",
-    "lost",
-)
-_OUTCOME = "gaffer_outcome"
+FAILURE_STATES = ("failed", "lost")
 _ROW = "gaffer_run_row"
 _STARTED = "gaffer_run_started"
 _ERROR = "gaffer_run_error"
 
 
 def connect(app: Any) -> None:
-    """Connect the receivers for ``app`` (idempotent)."""
+    """Connect the receivers for ``app`` (a second call for the same app changes nothing)."""
     uid = f"celery_gaffer.runs:{id(app)}"
-    recorder = _Recorder(app)
+    recorder = Recorder(app)
     signals.task_prerun.connect(recorder.prerun, weak=False, dispatch_uid=uid + ":prerun")
     signals.task_postrun.connect(recorder.postrun, weak=False, dispatch_uid=uid + ":postrun")
     signals.task_failure.connect(recorder.failure, weak=False, dispatch_uid=uid + ":failure")
     signals.task_revoked.connect(recorder.revoked, weak=False, dispatch_uid=uid + ":revoked")
+    signals.task_retry.connect(recorder.retry, weak=False, dispatch_uid=uid + ":retry")
 
 
-def _is_recorded(task: Any) -> bool:
-    from .task import GafferTask
-
-    if isinstance(task, GafferTask):
-        return True
-    return bool(getattr(task.request, "gaffer_schedule", None))
-
-
-def _nominal(request: Any) -> datetime | None:
-    value = getattr(request, "gaffer_nominal_at", None)
+def parse_nominal(value: Any) -> datetime | None:
     if not value:
         return None
     try:
@@ -68,7 +53,115 @@ def _nominal(request: Any) -> datetime | None:
         return None
 
 
-class _Recorder:
+def update_schedule_facts(
+    conn: Connection, models: Models, schedule: str, state: str, nominal: datetime | None
+) -> None:
+    """Fold a finished run into its schedule's health facts and ask for a re-check."""
+    table = table_of(models.Schedule)
+    values: dict[str, Any] = {"check_at": db_now()}
+    if state == "succeeded":
+        values["consecutive_failures"] = 0
+        values["last_success_at"] = db_now()
+        if nominal is not None:
+            current = table.c.last_success_nominal_at
+            values["last_success_nominal_at"] = case(
+                (current.is_(None), nominal), (current < nominal, nominal), else_=current
+            )
+    elif state in FAILURE_STATES:
+        values["consecutive_failures"] = table.c.consecutive_failures + 1
+    else:
+        return
+    conn.execute(update(table).where(table.c.name == schedule).values(**values))
+
+
+def mark_lost(conn: Connection, models: Models, stale_after: float) -> list[tuple[str, str | None]]:
+    """Mark ``running`` rows whose heartbeat stopped ``stale_after`` seconds ago ``lost``."""
+    table = table_of(models.JobRun)
+    stale = conn.execute(
+        select(table.c.id, table.c.schedule)
+        .where(table.c.state == "running", table.c.updated_at < db_now(-stale_after))
+        .limit(1000)
+    ).all()
+    if not stale:
+        return []
+    conn.execute(
+        update(table)
+        .where(table.c.id.in_([row.id for row in stale]), table.c.state == "running")
+        .values(
+            state="lost",
+            finished_at=db_now(),
+            updated_at=db_now(),
+            error_type="WorkerLost",
+            error_message="no heartbeat: the worker died or was killed mid-run",
+        )
+    )
+    for row in stale:
+        if row.schedule:
+            update_schedule_facts(conn, models, row.schedule, "lost", None)
+    return [(str(row.id), row.schedule) for row in stale]
+
+
+class Heartbeat:
+    """One thread per process refreshing ``updated_at`` of this process's running rows."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.rows: set[int] = set()
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self.thread: threading.Thread | None = None
+
+    def add(self, row_id: int) -> None:
+        with self.lock:
+            self.rows.add(row_id)
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="gaffer-heartbeat", daemon=True
+                )
+                self.thread.start()
+
+    def discard(self, row_id: int) -> None:
+        with self.lock:
+            self.rows.discard(row_id)
+
+    def _run(self) -> None:
+        interval = self.database.settings.lease_ttl / 3
+        table = table_of(self.database.models.JobRun)
+        while True:
+            threading.Event().wait(interval)
+            with self.lock:
+                rows = list(self.rows)
+            if not rows:
+                continue
+            try:
+                with self.database.begin() as conn:
+                    conn.execute(
+                        update(table)
+                        .where(table.c.id.in_(rows), table.c.state == "running")
+                        .values(updated_at=db_now())
+                    )
+            except Exception:
+                logger.warning(
+                    "run heartbeat failed", exc_info=True, extra={"action": "heartbeat_failed"}
+                )
+
+
+_heartbeats: dict[tuple[int, int], Heartbeat] = {}
+_heartbeats_lock = threading.Lock()
+
+
+def heartbeat_for(app: Any) -> Heartbeat:
+    key = (id(app), os.getpid())  # a forked child starts its own thread
+    with _heartbeats_lock:
+        beat = _heartbeats.get(key)
+        if beat is None:
+            beat = _heartbeats[key] = Heartbeat(database_for(app))
+        return beat
+
+
+class Recorder:
+    """The receivers of one app."""
+
     def __init__(self, app: Any) -> None:
         self.app = app
 
@@ -77,13 +170,17 @@ class _Recorder:
         return database_for(self.app)
 
     def _mine(self, task: Any) -> bool:
-        return task is not None and getattr(task, "app", None) is self.app and _is_recorded(task)
+        if task is None or getattr(task, "app", None) is not self.app:
+            return False
+        from .task import GafferTask
+
+        return isinstance(task, GafferTask) or bool(getattr(task.request, "gaffer_schedule", None))
 
     def prerun(
         self, sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any
     ) -> None:
         task = task or sender
-        if not self._mine(task) or task_id is None:
+        if task_id is None or not self._mine(task):
             return
         request = task.request
         now = datetime.now(timezone.utc)
@@ -101,17 +198,18 @@ class _Recorder:
                         task_id=task_id,
                         task_name=task.name,
                         schedule=getattr(request, "gaffer_schedule", None),
-                        nominal_at=_nominal(request),
+                        nominal_at=parse_nominal(getattr(request, "gaffer_nominal_at", None)),
                         key=getattr(request, "gaffer_key", None),
                         attempt=int(attempt) + 1,
                         state="running",
                         started_at=now,
                         worker=request.hostname,
-                        updated_at=now,
+                        updated_at=db_now(),
                     )
                     .returning(table.c.id)
                 ).scalar_one()
             setattr(request, _ROW, row_id)
+            heartbeat_for(self.app).add(row_id)
         except Exception:
             logger.exception(
                 "could not record the start of run %s",
@@ -119,15 +217,14 @@ class _Recorder:
                 extra={"action": "run_record_failed", "task_id": task_id},
             )
 
-    def failure(
-        self,
-        sender: Any = None,
-        task_id: str | None = None,
-        exception: BaseException | None = None,
-        **_: Any,
-    ) -> None:
-        if self._mine(sender) and exception is not None:
+    def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+        if exception is not None and self._mine(sender):
             setattr(sender.request, _ERROR, exception)
+
+    def retry(self, sender: Any = None, reason: Any = None, **_: Any) -> None:
+        if reason is not None and self._mine(sender):
+            # Celery's Retry wraps the error that caused it.
+            setattr(sender.request, _ERROR, getattr(reason, "exc", None) or reason)
 
     def postrun(
         self,
@@ -138,40 +235,43 @@ class _Recorder:
         **_: Any,
     ) -> None:
         task = task or sender
-        if not self._mine(task) or task_id is None:
+        if task_id is None or not self._mine(task):
             return
         request = task.request
         row_id = getattr(request, _ROW, None)
         if row_id is None:
             return
-        outcome = getattr(request, _OUTCOME, None)
-        if outcome is None:
-            outcome = {
-                states.SUCCESS: "succeeded",
-                states.RETRY: "retrying",
-                states.REVOKED: "revoked",
-            }.get(state or "", "failed")
-        error = getattr(request, _ERROR, None)
+        heartbeat_for(self.app).discard(row_id)
+        outcome = getattr(request, "gaffer_outcome", None) or {
+            states.SUCCESS: "succeeded",
+            states.RETRY: "retrying",
+            states.REVOKED: "revoked",
+        }.get(state or "", "failed")
         now = datetime.now(timezone.utc)
         started = getattr(request, _STARTED, None) or now
         values: dict[str, Any] = {
             "state": outcome,
             "finished_at": now,
             "duration": (now - started).total_seconds(),
-            "updated_at": now,
+            "updated_at": db_now(),
         }
         if getattr(request, "gaffer_run_key", None) is not None:
             values["key"] = request.gaffer_run_key
         if getattr(request, "gaffer_run_fence", None) is not None:
             values["fence"] = request.gaffer_run_fence
+        error = getattr(request, _ERROR, None)
         if error is not None and outcome in ("failed", "fence_lost", "retrying"):
             values["error_type"] = type(error).__name__[:255]
             values["error_message"] = str(error)[:ERROR_LENGTH]
+        schedule = getattr(request, "gaffer_schedule", None)
         try:
             database = self.database
             table = table_of(database.models.JobRun)
             with database.begin() as conn:
                 conn.execute(update(table).where(table.c.id == row_id).values(**values))
+                if schedule:
+                    nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
+                    update_schedule_facts(conn, database.models, schedule, outcome, nominal)
         except Exception:
             logger.exception(
                 "could not record the end of run %s",
@@ -182,10 +282,10 @@ class _Recorder:
     def revoked(
         self, sender: Any = None, request: Any = None, terminated: bool = False, **_: Any
     ) -> None:
-        task = sender
-        if request is None or not self._mine(task):
+        if request is None or not self._mine(sender):
             return
         now = datetime.now(timezone.utc)
+        headers = getattr(request, "request_dict", None) or {}
         try:
             database = self.database
             table = table_of(database.models.JobRun)
@@ -193,21 +293,21 @@ class _Recorder:
                 updated = conn.execute(
                     update(table)
                     .where(table.c.task_id == request.id, table.c.state == "running")
-                    .values(state="revoked", finished_at=now, updated_at=now)
+                    .values(state="revoked", finished_at=now, updated_at=db_now())
                 ).rowcount
                 if not updated:
-                    headers = getattr(request, "request_dict", None) or {}
                     conn.execute(
                         insert(table).values(
                             task_id=request.id,
-                            task_name=task.name,
+                            task_name=sender.name,
                             schedule=headers.get("gaffer_schedule"),
-                            nominal_at=None,
+                            nominal_at=parse_nominal(headers.get("gaffer_nominal_at")),
                             key=headers.get("gaffer_key"),
                             attempt=1,
                             state="revoked",
                             finished_at=now,
-                            updated_at=now,
+                            worker=getattr(request, "hostname", None),
+                            updated_at=db_now(),
                         )
                     )
         except Exception:

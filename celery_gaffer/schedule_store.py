@@ -262,7 +262,7 @@ class ScheduleStore:
                     current = _stored(row)
                     columns = _columns(spec, current.watermark_at, now)
                     if not current.enabled:
-                        columns.update(enabled=False, next_fire_at=None)
+                        columns.update(enabled=False, next_fire_at=None, check_at=None)
                     if current.error is not None or _differs(current, spec):
                         conn.execute(update(table).where(table.c.name == name).values(**columns))
             gone = [n for n, row in stored.items() if row["source"] == "config" and n not in wanted]
@@ -333,11 +333,12 @@ class ScheduleStore:
             if enabled and current.schedule is not None:
                 # Fires that fell while paused are not missed: start again from now.
                 watermark = max(current.watermark_at, now)
+                next_fire_at = current.schedule.next_after(watermark)
                 values.update(
-                    watermark_at=watermark, next_fire_at=current.schedule.next_after(watermark)
+                    watermark_at=watermark, next_fire_at=next_fire_at, check_at=next_fire_at
                 )
             else:
-                values["next_fire_at"] = None
+                values.update(next_fire_at=None, check_at=None, health="ok")
             conn.execute(update(s).where(s.name == name).values(**values))
             return self._get(conn, name)
 
@@ -361,6 +362,7 @@ class ScheduleStore:
 
 def _columns(spec: ScheduleSpec, watermark: datetime, now: datetime) -> dict[str, Any]:
     enabled = spec.policy.enabled
+    next_fire_at = spec.schedule.next_after(watermark) if enabled else None
     return {
         "task": spec.task,
         "schedule": spec.schedule.to_dict(),
@@ -373,7 +375,8 @@ def _columns(spec: ScheduleSpec, watermark: datetime, now: datetime) -> dict[str
         "grace": spec.policy.grace,
         "enabled": enabled,
         "watermark_at": watermark,
-        "next_fire_at": spec.schedule.next_after(watermark) if enabled else None,
+        "next_fire_at": next_fire_at,
+        "check_at": next_fire_at,
         "error": None,
         "updated_at": now,
     }

@@ -14,11 +14,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import beat
+from sqlalchemy import insert
 
 from .catchup import decide
 from .clock import Clock, utcnow
 from .exceptions import GafferError
-from .keys import fire_key
+from .health import all_health, announce, check_due
+from .keys import fire_key, fire_task_id
 from .ledger import (
     DueSchedule,
     Fire,
@@ -33,10 +35,13 @@ from .ledger import (
     mark_cancelled,
     next_wakeup,
 )
+from .metrics import Metrics
 from .publisher import publish
+from .runs import mark_lost
 from .schedule_store import ScheduleStore
 from .schedules import Cron, Every, schedule_from_dict
 from .store import Database, current_revision, database_for, head_revision
+from .store.models import table_of
 from .validation import Policy
 
 logger = logging.getLogger("celery_gaffer.scheduler")
@@ -62,6 +67,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self.database: Database = database_for(app)
         self._parsed: dict[tuple[int, str], Cron | Every] = {}
         self._reported_errors: set[tuple[str, str]] = set()
+        self.metrics: Metrics | None = None
         super().__init__(app, *args, **kwargs)
 
     # -- celery.beat.Scheduler interface ----------------------------------------------
@@ -78,6 +84,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         ScheduleStore(self.app, clock=self._clock, source="config").sync_config(
             self.app.conf.beat_schedule or {}
         )
+        if settings.metrics_port is not None and self.metrics is None:
+            self.metrics = Metrics(settings.metrics_port)
+            with self.database.read() as conn:
+                now = self._clock()
+                for health in all_health(conn, self.database.models, now, settings, limit=10_000):
+                    self.metrics.observe_health(health)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due fire; return the seconds until the next one is due."""
@@ -88,6 +100,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             busy = self._publish_pending(now) or busy
             if not busy or time.monotonic() - started > self.tick_budget:
                 break
+        self._check_health(self._clock())
         if busy:
             return 0.0
         with self.database.read() as conn:
@@ -102,6 +115,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def close(self) -> None:
         super().close()
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
 
     @property
     def info(self) -> str:
@@ -131,6 +147,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             new_fires: list[NewFire] = []
             changes: list[dict[str, Any]] = []
             payloads: dict[str, Payload] = {}
+            missed_runs: list[dict[str, Any]] = []
             for row in due:
                 try:
                     schedule, payload = self._usable(row)
@@ -158,6 +175,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                         )
                 for nominal in decision.missed:
                     new_fires.append(NewFire(row.name, nominal, "scheduled", "missed", now, 0))
+                    missed_runs.append(missed_run(row.name, row.task, nominal, now))
                     logger.warning(
                         "fire %s is older than its starting deadline: recorded as missed",
                         fire_key(row.name, nominal),
@@ -182,6 +200,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 )
             inserted = insert_fires(conn, models, new_fires, now)
             advance_schedules(conn, models, changes)
+            if missed_runs:
+                conn.execute(insert(table_of(models.JobRun)), missed_runs)
         to_send = [fire for fire in inserted if fire.publish_count > 0]
         self._publish(to_send, payloads)
         return len(due) >= self.batch_size
@@ -200,8 +220,34 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         return len(claimed) >= self.batch_size
 
     def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
-        if fires:
-            publish(self.app, self.database, fires, payloads, self.producer, self._clock)
+        if not fires:
+            return
+        sent = publish(self.app, self.database, fires, payloads, self.producer, self._clock)
+        if self.metrics is not None:
+            now = self._clock()
+            for fire in sent:
+                self.metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
+
+    def _check_health(self, now: datetime) -> None:
+        """Mark runs whose heartbeat stopped ``lost``, re-check due schedules' health."""
+        settings = self.database.settings
+        models = self.database.models
+        with self.database.begin() as conn:
+            lost = mark_lost(conn, models, settings.lease_ttl)
+            changes = check_due(conn, models, now, settings, self.batch_size)
+            if self.metrics is not None:
+                self.metrics.observe_runs(conn, models, now)
+        for run_id, schedule in lost:
+            logger.error(
+                "run %s of %s is lost: its heartbeat stopped (worker killed?)",
+                run_id,
+                schedule or "-",
+                extra={"action": "run_lost", "schedule": schedule},
+            )
+        for health, previous in changes:
+            announce(health, previous)
+            if self.metrics is not None:
+                self.metrics.observe_health(health)
 
     def _usable(self, row: DueSchedule) -> tuple[Cron | Every, Payload]:
         """The parsed schedule and payload of a row, or an error saying why it is unusable."""
@@ -242,3 +288,19 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             "next_fire_at": None,
             "error": message,
         }
+
+
+def missed_run(schedule: str, task: str, nominal: datetime, now: datetime) -> dict[str, Any]:
+    """The ``gaffer_job_runs`` row of a fire recorded as missed (never sent)."""
+    key = fire_key(schedule, nominal)
+    return {
+        "task_id": fire_task_id(key),
+        "task_name": task,
+        "schedule": schedule,
+        "nominal_at": nominal,
+        "key": key,
+        "attempt": 0,
+        "state": "missed",
+        "finished_at": now,
+        "updated_at": now,
+    }

@@ -37,6 +37,8 @@ UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_SECOND = timedelta(seconds=1)
 _ONE_MICROSECOND = timedelta(microseconds=1)
+# Longer intervals could never have two fires between datetime.min and datetime.max.
+_LONGEST_INTERVAL = (datetime.max - datetime.min) // _ONE_SECOND
 # What ``is_due`` answers for a schedule with no fire left (cronsim looks 50 years
 # ahead): check again in an hour; Celery caps it with beat_max_loop_interval anyway.
 _IDLE_RECHECK_SECONDS = 3600.0
@@ -81,10 +83,11 @@ def _interval_seconds(value: object) -> int:
         number = _seconds(value, "interval")
         whole = number.is_integer()
         seconds = int(number) if whole else 0
-    if not whole or seconds < 1:
+    if not whole or not 1 <= seconds <= _LONGEST_INTERVAL:
         # Each fire needs its own second-precision key (DESIGN.md, "Schedules").
         raise InvalidSchedule(
-            f"interval must be a whole number of seconds, at least 1, got {value!r}",
+            "interval must be a whole number of seconds, at least 1 (and within the range "
+            f"of datetime), got {value!r}",
             field="interval",
         )
     return seconds

@@ -33,6 +33,7 @@ class GafferSettings:
     max_catchup: int = 100
     alert_after_failures: int = 3
     metrics_port: int | None = None
+    default_grace: float = 60.0
     run_retention: float = 30 * 86400.0
     ledger_retention: float = 30 * 86400.0
     key_retention: float = 30 * 86400.0
@@ -50,6 +51,7 @@ class GafferSettings:
             max_catchup=_count(conf, "gaffer_max_catchup", 100),
             alert_after_failures=_count(conf, "gaffer_alert_after_failures", 3),
             metrics_port=_port(conf.get("gaffer_metrics_port")),
+            default_grace=_seconds(conf, "gaffer_default_grace", 60.0, minimum=0.0),
             run_retention=_seconds(conf, "gaffer_run_retention", 30 * 86400.0, minimum=60.0),
             ledger_retention=_seconds(conf, "gaffer_ledger_retention", 30 * 86400.0, minimum=60.0),
             key_retention=_seconds(conf, "gaffer_key_retention", 30 * 86400.0, minimum=60.0),

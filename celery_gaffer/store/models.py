@@ -49,7 +49,8 @@ class ScheduleRow:
     ``watermark_at`` is the latest nominal time whose fire has been decided (sent, skipped
     or missed); ``next_fire_at`` is the first nominal time after it, or NULL when the
     schedule is paused, in error or has no further fires. Beat reads only rows whose
-    ``next_fire_at`` has passed, through its index.
+    ``next_fire_at`` has passed, through its index; likewise it re-evaluates the health
+    (``ok`` / ``late`` / ``failing``) only of rows whose ``check_at`` has passed.
     """
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -68,6 +69,12 @@ class ScheduleRow:
     watermark_at: Mapped[datetime] = mapped_column(UTCDateTime)
     next_fire_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Health, kept current by the run recorder and Beat's health check.
+    health: Mapped[str] = mapped_column(String(8), default="ok")
+    check_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_success_nominal_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

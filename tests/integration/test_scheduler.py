@@ -142,6 +142,17 @@ def test_starting_deadline_records_missed_fires(
     # Fires at +1..+5 min; at +5:10 those older than 150 s (+1, +2) are missed.
     assert states == {"missed": 2, "sent": 3}
     assert len(sent_keys(redis_url)) == 3
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        missed = conn.execute(
+            select(runs.state, runs.key, runs.task_id, runs.nominal_at).order_by(runs.nominal_at)
+        ).all()
+    first = datetime(2026, 6, 1, 12, 1, tzinfo=timezone.utc)
+    assert [tuple(row) for row in missed] == [
+        ("missed", fire_key("s", nominal), fire_task_id(fire_key("s", nominal)), nominal)
+        for nominal in (first, first + timedelta(minutes=1))
+    ]
 
 
 def test_a_committed_fire_whose_publish_failed_is_published_once_after_republish_after(
@@ -313,3 +324,19 @@ def test_backfill_sends_past_fires_once(app: Celery, clock: FrozenClock, redis_u
     assert nominal == [f"2026-06-01T{h:02d}:00:00Z" for h in (8, 9, 10, 11, 12)]
     with pytest.raises(GafferError, match="past"):
         store.backfill("b", start, clock.now + timedelta(hours=1))
+
+
+def test_cleanup_deletes_only_what_is_past_retention(app: Celery, clock: FrozenClock) -> None:
+    from celery_gaffer.cleanup import cleanup
+
+    store = ScheduleStore(app, clock=clock)
+    store.add("c", "t.noop", every(60))
+    scheduler = make_scheduler(app, clock)
+    for _ in range(3):
+        clock.advance(60)
+        scheduler.tick()
+    database = database_for(app)
+    assert cleanup(database, clock.now).fires == 0
+    report = cleanup(database, clock.now + timedelta(days=30) - timedelta(seconds=30))
+    assert report.fires == 2  # the ledger rows older than 30 days; the newest stays
+    assert len(ledger(app)) == 1

@@ -142,10 +142,12 @@ def test_a_stale_fence_cannot_commit(app: Celery) -> None:
 def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
     contender_errors: list[str] = []
     done = threading.Event()
+    holding = threading.Event()
 
     @app.task(base=GafferTask, bind=True, shared=False, name="t.long")
     def long(self: GafferTask) -> int:
         with self.lease("long", ttl=0.6) as lease:
+            holding.set()
             deadline = time.monotonic() + 3.0
             while time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -167,7 +169,7 @@ def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
     result: list[Any] = []
     worker = threading.Thread(target=lambda: result.append(long.apply().get()))
     worker.start()
-    time.sleep(0.3)
+    assert holding.wait(10)
     contender = threading.Thread(target=contend)
     contender.start()
     worker.join(30)

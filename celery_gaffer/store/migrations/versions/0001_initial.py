@@ -43,12 +43,18 @@ def upgrade() -> None:
         sa.Column("watermark_at", UTCDateTime(), nullable=False),
         sa.Column("next_fire_at", UTCDateTime(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("health", sa.String(8), nullable=False),
+        sa.Column("check_at", UTCDateTime(), nullable=True),
+        sa.Column("consecutive_failures", sa.Integer(), nullable=False),
+        sa.Column("last_success_at", UTCDateTime(), nullable=True),
+        sa.Column("last_success_nominal_at", UTCDateTime(), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=f"pk_{P}schedules"),
         sa.UniqueConstraint("name", name=f"uq_{P}schedules_name"),
     )
     op.create_index(f"ix_{P}schedules_next_fire_at", f"{P}schedules", ["next_fire_at"])
+    op.create_index(f"ix_{P}schedules_check_at", f"{P}schedules", ["check_at"])
 
     op.create_table(
         f"{P}fires",
