@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format typecheck check clean
+.PHONY: install test test-fast lint format typecheck check clean demo docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,3 +38,7 @@ check: lint typecheck test
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
+
+## The example project on the embedded default (SQLite + filesystem broker): no servers.
+demo: $(STAMP)
+	cd example_project && ../$(BIN)/python demo.py

@@ -1,0 +1,1 @@
+"""A small billing project showing celery-gaffer end to end."""
