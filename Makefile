@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -42,3 +42,7 @@ clean:
 ## The example project on the embedded default (SQLite + filesystem broker): no servers.
 demo: $(STAMP)
 	cd example_project && ../$(BIN)/python demo.py
+
+## The documentation, built the way CI builds it (warnings are errors).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
