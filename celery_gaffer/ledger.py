@@ -233,16 +233,101 @@ def claim_pending(
     return claimed
 
 
-def mark_sent(conn: Connection, models: Models, ids: Iterable[int], now: datetime) -> None:
-    """Mark published fires ``sent`` (a fire not marked is republished later)."""
+def mark_sent(
+    conn: Connection,
+    models: Models,
+    ids: Iterable[int],
+    now: datetime,
+    confirm_at: datetime | None = None,
+) -> None:
+    """Mark published fires ``sent`` (a fire not marked is republished later).
+
+    With delivery confirmation on, ``publish_after`` becomes the time at which the fire
+    must have a run record, or be published again.
+    """
     table = table_of(models.Fire)
     id_list = list(ids)
+    values: dict[str, Any] = {"state": "sent", "sent_at": now}
+    if confirm_at is not None:
+        values["publish_after"] = confirm_at
     for start in range(0, len(id_list), CHUNK):
         conn.execute(
             update(table)
             .where(table.c.id.in_(id_list[start : start + CHUNK]), table.c.state == "pending")
-            .values(state="sent", sent_at=now)
+            .values(**values)
         )
+
+
+def claim_unconfirmed(
+    conn: Connection,
+    models: Models,
+    now: datetime,
+    confirm_after: float,
+    max_publishes: int,
+    limit: int,
+) -> tuple[list[Fire], int, list[str]]:
+    """Sent fires due for confirmation: (to publish again, how many delivered, given up).
+
+    A fire is delivered once a run record with its task id exists (written at the run's
+    start). One without, ``confirm_after`` seconds after its send, was lost by the broker
+    (a Redis restart without persistence) and is published again, at most
+    ``max_publishes`` times in all; then it is marked ``unconfirmed`` and left to the
+    ``late`` alert.
+    """
+    f, runs = models.Fire, table_of(models.JobRun)
+    stmt = (
+        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
+        .where(f.state == "sent", f.publish_after <= now)
+        .order_by(f.publish_after)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    due = [
+        Fire(
+            row.id,
+            row.schedule,
+            row.nominal_at,
+            row.key,
+            row.task_id,
+            row.kind,
+            row.publish_count + 1,
+        )
+        for row in conn.execute(stmt)
+    ]
+    if not due:
+        return [], 0, []
+    seen = set(
+        conn.execute(
+            select(runs.c.task_id).where(runs.c.task_id.in_([fire.task_id for fire in due]))
+        ).scalars()
+    )
+    delivered = [fire.id for fire in due if fire.task_id in seen]
+    again = [
+        fire for fire in due if fire.task_id not in seen and fire.publish_count <= max_publishes
+    ]
+    given_up = [
+        fire for fire in due if fire.task_id not in seen and fire.publish_count > max_publishes
+    ]
+    table = table_of(f)
+    if delivered:
+        conn.execute(update(table).where(table.c.id.in_(delivered)).values(state="delivered"))
+    if given_up:
+        conn.execute(
+            update(table)
+            .where(table.c.id.in_([fire.id for fire in given_up]))
+            .values(state="unconfirmed")
+        )
+    if again:
+        conn.execute(
+            update(table)
+            .where(table.c.id.in_([fire.id for fire in again]))
+            .values(
+                publish_after=now + timedelta(seconds=confirm_after),
+                publish_count=table.c.publish_count + 1,
+            )
+        )
+    return again, len(delivered), [fire.key for fire in given_up]
 
 
 def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from .clock import Clock
@@ -82,6 +83,9 @@ def publish(
             },
         )
     if sent:
+        now = clock()
+        confirm_after = database.settings.confirm_delivery_after
+        confirm_at = None if confirm_after is None else now + timedelta(seconds=confirm_after)
         with database.begin() as conn:
-            mark_sent(conn, database.models, (fire.id for fire in sent), clock())
+            mark_sent(conn, database.models, (fire.id for fire in sent), now, confirm_at)
     return sent

@@ -15,10 +15,11 @@ from typing import Any
 
 from celery import beat
 from sqlalchemy import insert
+from sqlalchemy.exc import DBAPIError
 
 from .catchup import decide
 from .clock import Clock, utcnow
-from .exceptions import GafferError
+from .exceptions import DatabaseUnavailable, GafferError
 from .health import all_health, announce, check_due
 from .keys import fire_key, fire_task_id
 from .ledger import (
@@ -29,6 +30,7 @@ from .ledger import (
     advance_schedules,
     claim_due_schedules,
     claim_pending,
+    claim_unconfirmed,
     decode_json,
     insert_fires,
     load_payloads,
@@ -45,6 +47,9 @@ from .store.models import table_of
 from .validation import Policy
 
 logger = logging.getLogger("celery_gaffer.scheduler")
+
+# Most times one fire is published when delivery confirmation finds it never started.
+MAX_PUBLISHES = 4
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
@@ -68,6 +73,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._parsed: dict[tuple[int, str], Cron | Every] = {}
         self._reported_errors: set[tuple[str, str]] = set()
         self.metrics: Metrics | None = None
+        self._failed_ticks = 0
         super().__init__(app, *args, **kwargs)
 
     # -- celery.beat.Scheduler interface ----------------------------------------------
@@ -92,12 +98,32 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                     self.metrics.observe_health(health)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """Dispatch every due fire; return the seconds until the next one is due."""
+        """Dispatch every due fire; return the seconds until the next one is due.
+
+        A database that cannot be reached (a restart, a failover) is logged and retried
+        on the next tick: Beat keeps running, and the ledger makes the retry safe.
+        """
+        try:
+            delay = self._tick()
+        except (DBAPIError, DatabaseUnavailable) as exc:
+            self._failed_ticks += 1
+            logger.error(
+                "tick failed (%s): %s; retrying",
+                self.database.settings.masked_url,
+                type(exc).__name__,
+                extra={"action": "tick_failed"},
+            )
+            return float(min(self.max_interval, 0.5 * 2 ** min(self._failed_ticks, 4)))
+        self._failed_ticks = 0
+        return delay
+
+    def _tick(self) -> float:
         started = time.monotonic()
         while True:
             now = self._clock()
             busy = self._dispatch_due(now)
             busy = self._publish_pending(now) or busy
+            busy = self._confirm_deliveries(now) or busy
             if not busy or time.monotonic() - started > self.tick_budget:
                 break
         self._check_health(self._clock())
@@ -218,6 +244,27 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             mark_cancelled(conn, models, orphans)
         self._publish([fire for fire in claimed if fire.schedule in payloads], payloads)
         return len(claimed) >= self.batch_size
+
+    def _confirm_deliveries(self, now: datetime) -> bool:
+        """Publish again the sent fires that no worker ever started (opt-in)."""
+        settings = self.database.settings
+        if settings.confirm_delivery_after is None:
+            return False
+        models = self.database.models
+        with self.database.begin() as conn:
+            again, _delivered, given_up = claim_unconfirmed(
+                conn, models, now, settings.confirm_delivery_after, MAX_PUBLISHES, self.batch_size
+            )
+            payloads = load_payloads(conn, models, {fire.schedule for fire in again})
+        for key in given_up:
+            logger.error(
+                "fire %s was published %d times and never started; giving up",
+                key,
+                MAX_PUBLISHES,
+                extra={"action": "fire_unconfirmed", "key": key},
+            )
+        self._publish([fire for fire in again if fire.schedule in payloads], payloads)
+        return bool(again or given_up) and len(again) + len(given_up) >= self.batch_size
 
     def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
         if not fires:

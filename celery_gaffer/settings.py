@@ -34,6 +34,7 @@ class GafferSettings:
     alert_after_failures: int = 3
     metrics_port: int | None = None
     default_grace: float = 60.0
+    confirm_delivery_after: float | None = None
     run_retention: float = 30 * 86400.0
     ledger_retention: float = 30 * 86400.0
     key_retention: float = 30 * 86400.0
@@ -52,6 +53,7 @@ class GafferSettings:
             alert_after_failures=_count(conf, "gaffer_alert_after_failures", 3),
             metrics_port=_port(conf.get("gaffer_metrics_port")),
             default_grace=_seconds(conf, "gaffer_default_grace", 60.0, minimum=0.0),
+            confirm_delivery_after=_optional_seconds(conf, "gaffer_confirm_delivery_after"),
             run_retention=_seconds(conf, "gaffer_run_retention", 30 * 86400.0, minimum=60.0),
             ledger_retention=_seconds(conf, "gaffer_ledger_retention", 30 * 86400.0, minimum=60.0),
             key_retention=_seconds(conf, "gaffer_key_retention", 30 * 86400.0, minimum=60.0),
@@ -149,6 +151,12 @@ def _seconds(conf: Mapping[str, Any], key: str, default: float, *, minimum: floa
     if value < minimum:
         raise ConfigurationError(f"{key}: must be at least {minimum:g} s, got {value!r}", field=key)
     return float(value)
+
+
+def _optional_seconds(conf: Mapping[str, Any], key: str) -> float | None:
+    if conf.get(key) is None:
+        return None
+    return _seconds(conf, key, 0.0, minimum=1.0)
 
 
 def _count(conf: Mapping[str, Any], key: str, default: int) -> int:

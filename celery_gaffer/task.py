@@ -27,10 +27,18 @@ from typing import Any
 
 from celery import Task
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .batches import BatchReport, run_batches
-from .exceptions import AlreadyProcessed, FenceLost, GafferError, InvalidInput, LeaseHeld
+from .exceptions import (
+    AlreadyProcessed,
+    DatabaseUnavailable,
+    FenceLost,
+    GafferError,
+    InvalidInput,
+    LeaseHeld,
+)
 from .fencing import RunContext, current_run, fenced_sessions, require_run, run_info
 from .idempotency import COMPLETED, key_state
 from .leases import Lease
@@ -38,6 +46,15 @@ from .store import Database, database_for
 from .validation import OVERLAP_POLICIES, validate_key
 
 logger = logging.getLogger("celery_gaffer.task")
+
+# Message headers of a scheduled fire, kept when a run is retried.
+FIRE_HEADERS = (
+    "celery_beat_task",
+    "gaffer_schedule",
+    "gaffer_nominal_at",
+    "gaffer_key",
+    "gaffer_overlap",
+)
 
 # The longest gap between two task-progress events of one run.
 PROGRESS_INTERVAL = 1.0
@@ -59,6 +76,8 @@ class GafferTask(Task):  # type: ignore[misc]
     gaffer_key: str | None = None
     gaffer_overlap: str = "allow"
     gaffer_overlap_wait: float = 0.0
+    #: Retries of a run that failed because the database could not be reached.
+    gaffer_database_retries: int = 10
 
     # -- Celery's entry point ---------------------------------------------------------
 
@@ -92,6 +111,17 @@ class GafferTask(Task):  # type: ignore[misc]
         except FenceLost:
             self._set_outcome(run, "fence_lost")
             raise
+        except (DBAPIError, DatabaseUnavailable) as exc:
+            if not _is_transient(exc) or request.called_directly or request.is_eager:
+                raise
+            # The database restarted or failed over: try the whole run again later. The
+            # key and the fences make the repeat safe.
+            retries = request.retries or 0
+            raise self.retry(
+                exc=exc,
+                countdown=min(2.0**retries, 30.0),
+                max_retries=self.gaffer_database_retries,
+            ) from exc
         finally:
             # Kept on the request for the run record written at task_postrun.
             request.gaffer_run_key = run.key
@@ -100,6 +130,17 @@ class GafferTask(Task):  # type: ignore[misc]
             current_run.reset(token)
 
     # -- the API a task body uses -------------------------------------------------------
+
+    def retry(self, *args: Any, **kwargs: Any) -> Any:
+        """Celery's ``retry``, keeping the fire's ``gaffer_*`` headers on the new message."""
+        fire_headers = {
+            name: getattr(self.request, name)
+            for name in FIRE_HEADERS
+            if getattr(self.request, name, None) is not None
+        }
+        if fire_headers:
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), **fire_headers}
+        return super().retry(*args, **kwargs)
 
     def idempotency_key(self, *args: Any, **kwargs: Any) -> str | None:
         """The run's key from ``gaffer_key`` and the bound arguments (None: no key)."""
@@ -292,6 +333,19 @@ class GafferTask(Task):  # type: ignore[misc]
             extra={"action": f"run_{outcome}", "task_id": run.task_id, "key": run.key},
         )
         return None
+
+
+def _is_transient(exc: Exception) -> bool:
+    """A lost or refused connection, as opposed to an error in the task's own SQL."""
+    if isinstance(exc, DatabaseUnavailable):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    text = str(getattr(exc, "orig", exc)).lower()
+    return any(
+        marker in text
+        for marker in ("connection", "server closed", "terminating", "shutting down", "starting up")
+    )
 
 
 def current_gaffer_run() -> RunContext | None:

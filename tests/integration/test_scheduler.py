@@ -340,3 +340,44 @@ def test_cleanup_deletes_only_what_is_past_retention(app: Celery, clock: FrozenC
     report = cleanup(database, clock.now + timedelta(days=30) - timedelta(seconds=30))
     assert report.fires == 2  # the ledger rows older than 30 days; the newest stays
     assert len(ledger(app)) == 1
+
+
+def test_delivery_confirmation_republishes_a_fire_the_broker_lost(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    import redis as redis_client
+
+    from celery_gaffer.settings import forget_settings
+
+    app.conf.gaffer_confirm_delivery_after = 20
+    forget_settings(app)
+    ScheduleStore(app, clock=clock).add("c", "t.noop", every(3600))
+    scheduler = make_scheduler(app, clock)
+    clock.advance(3600)
+    scheduler.tick()
+    [key] = sent_keys(redis_url)
+    redis_client.Redis.from_url(redis_url).flushdb()  # the broker restarted, empty
+    clock.advance(19)
+    scheduler.tick()
+    assert sent_keys(redis_url) == []
+    clock.advance(2)
+    scheduler.tick()
+    assert sent_keys(redis_url) == [key]  # published again
+    # A worker starts it: its run record confirms the delivery.
+    database = database_for(app)
+    runs = database.models.JobRun.__table__  # type: ignore[attr-defined]
+    with database.begin() as conn:
+        conn.execute(
+            runs.insert().values(
+                task_id=fire_task_id(key),
+                task_name="t.noop",
+                state="running",
+                attempt=1,
+                updated_at=clock.now,
+            )
+        )
+    clock.advance(21)
+    scheduler.tick()
+    assert sent_keys(redis_url) == [key]
+    assert ledger(app) == [(key, "delivered", 2)]
+    forget_settings(app)
