@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format typecheck check clean demo docs
+.PHONY: install test test-fast lint format typecheck check clean demo docs chaos
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,3 +46,7 @@ demo: $(STAMP)
 ## The documentation, built the way CI builds it (warnings are errors).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+## The chaos suite's long form: 30 minutes of faults on this machine's PostgreSQL and Redis.
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos.run --seconds $${CHAOS_SECONDS:-1800} $${CHAOS_SEED:+--seed $$CHAOS_SEED}

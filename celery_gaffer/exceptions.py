@@ -40,6 +40,10 @@ class ScheduleExists(GafferError):
 class LeaseHeld(GafferError):
     """Another live holder has the lease."""
 
+    def __init__(self, message: str | None = None, *, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
 
 class FenceLost(GafferError):
     """The run's fence is no longer current: another holder took the lease."""

@@ -137,8 +137,17 @@ class LeaseClient:
                 raise LeaseHeld(f"lease {name!r} is busy (its row is locked)") from exc
             raise
         if fence is None:
-            raise LeaseHeld(f"lease {name!r} is held by another live holder")
+            raise LeaseHeld(
+                f"lease {name!r} is held by another live holder", owner=self.owner_of(name)
+            )
         return Lease(name=name, fence=fence, ttl=ttl, client=self)
+
+    def owner_of(self, name: str) -> str | None:
+        """Who holds ``name`` now (a plain read: for messages and decisions, not fencing)."""
+        table = table_of(self.database.models.Lease)
+        with self.database.read() as conn:
+            owner = conn.execute(select(table.c.owner).where(table.c.name == name)).scalar()
+        return None if owner is None else str(owner)
 
     def renew(self, lease: Lease) -> bool:
         try:

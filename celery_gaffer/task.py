@@ -240,7 +240,14 @@ class GafferTask(Task):  # type: ignore[misc]
             deadline = self._default_deadline()
         name = f"batch:{cursor}"
         held = next((lease for lease in run.leases if lease.name == name), None)
-        lease = held or self._take(run, name)
+        try:
+            lease = held or self._take(run, name)
+        except LeaseHeld as busy:
+            if run.key is None:
+                raise
+            # Another delivery of the same work holds the batches. Do not drop this
+            # message: if that holder dies, this delivery resumes from its cursor.
+            raise self._retry_later(run.database) from busy
         last_progress = [0.0]
 
         def progress(**fields: Any) -> None:
@@ -309,6 +316,9 @@ class GafferTask(Task):  # type: ignore[misc]
                 if time.monotonic() >= waited_until:
                     raise
                 time.sleep(0.25)
+
+    def _retry_later(self, database: Database) -> Any:
+        return self.retry(countdown=database.settings.lease_ttl, max_retries=None)
 
     def _default_deadline(self) -> float | None:
         soft = None

@@ -1,0 +1,142 @@
+"""The chaos workload's Celery project, written into a temporary folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import text
+
+from celery_gaffer.settings import parse_database_url
+from celery_gaffer.store import get_engine
+
+PROJECT = """
+import os
+import random
+import time
+
+from celery import Celery
+from sqlalchemy import Integer, select, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+import celery_gaffer
+from celery_gaffer import GafferTask, LeaseHeld
+
+app = Celery("chaosproj", broker={broker!r})
+app.conf.gaffer_database_url = {database!r}
+app.conf.gaffer_lease_ttl = 3
+app.conf.gaffer_republish_after = 5
+app.conf.gaffer_confirm_delivery_after = 15
+app.conf.broker_connection_retry_on_startup = True
+app.conf.broker_connection_max_retries = None
+app.conf.worker_prefetch_multiplier = 1
+app.conf.task_reject_on_worker_lost = True
+app.conf.broker_transport_options = {{
+    "visibility_timeout": 20,
+    "unacked_restore_interval": 1,
+    "unacked_restore_throttle": 1,
+}}
+{patch}
+celery_gaffer.install(app)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "chaos_items"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    handled: Mapped[int] = mapped_column(Integer, default=0)
+
+
+@app.task(base=GafferTask, bind=True, name="chaos.effect")
+def effect(self):
+    with self.session() as s:
+        s.execute(
+            text("INSERT INTO chaos_effects (key, task_id, pid) VALUES (:key, :task_id, :pid)"),
+            {{"key": self.request.gaffer_key, "task_id": self.request.id, "pid": os.getpid()}},
+        )
+        time.sleep(random.random() * 0.2)
+
+
+@app.task(base=GafferTask, bind=True, name="chaos.fenced")
+def fenced(self):
+    try:
+        holder = self.lease("chaos-lease", ttl=3)
+        lease = holder.__enter__()
+    except LeaseHeld:
+        return "held"
+    try:
+        for _ in range(5):
+            with self.session() as s:
+                seq = s.execute(text("UPDATE chaos_seq SET n = n + 1 RETURNING n")).scalar_one()
+                s.execute(
+                    text("INSERT INTO chaos_fenced (seq, fence, pid) VALUES (:seq, :fence, :pid)"),
+                    {{"seq": seq, "fence": lease.fence, "pid": os.getpid()}},
+                )
+            time.sleep(0.3)
+    finally:
+        holder.__exit__(None, None, None)
+    return "wrote"
+
+
+def _fetch(session, after, limit):
+    query = select(Item).order_by(Item.id).limit(limit)
+    if after is not None:
+        query = query.where(Item.id > after)
+    return list(session.scalars(query))
+
+
+def _handle(session, item):
+    item.handled += 1
+
+
+@app.task(base=GafferTask, bind=True, name="chaos.batch", gaffer_key="chaos-batch:{{run}}")
+def batch(self, run):
+    def slow_fetch(session, after, limit):
+        time.sleep(0.2)
+        return _fetch(session, after, limit)
+
+    report = self.run_batches(
+        "chaos-items", slow_fetch, _handle, key=lambda item: item.id, batch_size=100
+    )
+    return report.processed
+"""
+
+# Patches a test may add to the project (never a switch in the package).
+NO_FENCE_CHECK = (
+    "import celery_gaffer.fencing as _fencing\n"
+    "import celery_gaffer.leases as _leases\n"
+    "# The guarantee, broken on purpose: no fence check at commit, and renewal that never\n"
+    "# notices a takeover (which would otherwise stop the run before its next commit).\n"
+    "_fencing.check_fence = lambda *args, **kwargs: None\n"
+    "_leases.LeaseClient.renew = lambda self, lease: True\n"
+)
+
+
+def write_project(directory: Path, broker: str, database: str, *, patch: str = "") -> str:
+    (directory / "chaosproj.py").write_text(
+        PROJECT.format(broker=broker, database=database, patch=patch)
+    )
+    return "chaosproj"
+
+
+def create_tables(database: str, items: int) -> None:
+    url = parse_database_url(database)
+    with get_engine(url).begin() as conn:
+        for table in ("chaos_effects", "chaos_fenced", "chaos_seq", "chaos_items"):
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        conn.execute(
+            text("CREATE TABLE chaos_effects (key VARCHAR(512), task_id VARCHAR(64), pid INTEGER)")
+        )
+        conn.execute(
+            text("CREATE TABLE chaos_fenced (seq INTEGER PRIMARY KEY, fence INTEGER, pid INTEGER)")
+        )
+        conn.execute(text("CREATE TABLE chaos_seq (n INTEGER NOT NULL)"))
+        conn.execute(text("INSERT INTO chaos_seq VALUES (0)"))
+        conn.execute(
+            text("CREATE TABLE chaos_items (id INTEGER PRIMARY KEY, handled INTEGER NOT NULL)")
+        )
+        conn.execute(
+            text(f"INSERT INTO chaos_items SELECT g, 0 FROM generate_series(1, {items}) g")
+        )

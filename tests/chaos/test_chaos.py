@@ -1,0 +1,74 @@
+"""The chaos suite's short form (CI) and proof that its checker catches a broken fence.
+
+The long form is ``make chaos`` (30 minutes, seed printed); see docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL
+
+from .project import NO_FENCE_CHECK
+from .run import FAULTS, fresh_database, run
+
+pytestmark = pytest.mark.acceptance
+
+SHORT_SECONDS = float(os.environ.get("GAFFER_CHAOS_SECONDS", "180"))
+
+
+def _database(postgres_server: URL, name: str) -> str:
+    url = postgres_server.set(database=name).render_as_string(hide_password=False)
+    fresh_database(url)
+    return url
+
+
+def test_short_chaos_run_has_no_anomalies(
+    tmp_path: Path, postgres_server: URL, redis_url: str
+) -> None:
+    seed = int(os.environ.get("GAFFER_CHAOS_SEED", random.SystemRandom().randrange(1_000_000)))
+    lines: list[str] = []
+    report = run(
+        _database(postgres_server, "gaffer_chaos_ci"),
+        redis_url.rsplit("/", 1)[0] + "/10",
+        seconds=SHORT_SECONDS,
+        seed=seed,
+        workdir=tmp_path,
+        log=lines.append,
+    )
+    print("\n".join(lines))
+    assert report.fires > 100
+    assert sum(report.faults.values()) >= 10
+    assert set(report.faults) == set(FAULTS) or SHORT_SECONDS < 120
+    assert (
+        report.duplicate_effects,
+        report.missing_effects,
+        report.stale_fence_writes,
+        report.runs_without_final_state,
+        report.batch_rows_not_once,
+    ) == (0, 0, 0, 0, 0), f"seed {seed}: {report.line()}"
+
+
+def test_the_checker_catches_writes_with_the_fence_check_patched_out(
+    tmp_path: Path, postgres_server: URL, redis_url: str
+) -> None:
+    lines: list[str] = []
+    report = run(
+        _database(postgres_server, "gaffer_chaos_broken"),
+        redis_url.rsplit("/", 1)[0] + "/10",
+        seconds=60,
+        seed=11,
+        workdir=tmp_path,
+        faults=("pause_worker",),
+        patch=NO_FENCE_CHECK,
+        schedules=0,
+        items=0,
+        drain_timeout=30,
+        log=lines.append,
+    )
+    print("\n".join(lines))
+    assert report.fenced_writes > 0
+    assert report.stale_fence_writes > 0, report.line()
