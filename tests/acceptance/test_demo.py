@@ -27,7 +27,7 @@ def test_the_demo_runs_twice_without_any_server(tmp_path: Path) -> None:
         "CELERY_BROKER_URL": "redis://127.0.0.1:1/0",
         "GAFFER_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
     }
-    for attempt in range(2):
+    for _attempt in range(2):
         result = subprocess.run(
             [sys.executable, "demo.py"],
             cwd=project,
