@@ -16,7 +16,8 @@ from .cleanup import cleanup
 from .clock import utcnow
 from .exceptions import GafferError
 from .health import all_health
-from .schedule_store import ScheduleStore, StoredSchedule
+from .schedule_rows import StoredSchedule
+from .schedule_store import ScheduleStore
 from .schedules import Cron, Every, cron, every
 from .store import database_for
 from .store.models import table_of

@@ -9,48 +9,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, Table, Text, delete, insert, select, type_coerce, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from . import manual
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
-from .ledger import decode_json
-from .schedules import Cron, Every, schedule_from_dict
+from .schedule_rows import (
+    StoredSchedule,
+    columns,
+    differs,
+    policy_dict,
+    readable_columns,
+    stored,
+)
 from .store import Database, database_for
 from .store.models import table_of
-from .validation import Policy, ScheduleSpec, validate_entry, validate_name
+from .validation import ScheduleSpec, validate_entry, validate_name
 
 logger = logging.getLogger("celery_gaffer.schedules")
 
 _EDITABLE = ("task", "schedule", "args", "kwargs", "options", "gaffer")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredSchedule:
-    """A schedule as stored, with the state Beat keeps on it."""
-
-    name: str
-    task: str
-    schedule: Cron | Every | None
-    args: list[Any]
-    kwargs: dict[str, Any]
-    options: dict[str, Any]
-    policy: Policy
-    source: str
-    watermark_at: datetime
-    next_fire_at: datetime | None
-    error: str | None
-    updated_at: datetime
-
-    @property
-    def enabled(self) -> bool:
-        return self.policy.enabled
 
 
 class ScheduleStore:
@@ -106,7 +89,7 @@ class ScheduleStore:
                 conn.execute(
                     update(self._models.Schedule)
                     .where(self._models.Schedule.name == spec.name)
-                    .values(**_columns(spec, existing.watermark_at, now), source=self._source)
+                    .values(**columns(spec, existing.watermark_at, now), source=self._source)
                 )
             else:
                 conn.execute(insert(self._models.Schedule).values(**self._new_row(spec, now)))
@@ -160,7 +143,7 @@ class ScheduleStore:
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
-            policy = _policy_dict(current.policy)
+            policy = policy_dict(current.policy)
             policy.update(changes.get("gaffer") or {})
             spec = self._validate(
                 name=name,
@@ -174,7 +157,7 @@ class ScheduleStore:
             conn.execute(
                 update(self._models.Schedule)
                 .where(self._models.Schedule.name == name)
-                .values(**_columns(spec, current.watermark_at, now))
+                .values(**columns(spec, current.watermark_at, now))
             )
             return self._get(conn, name)
 
@@ -239,16 +222,16 @@ class ScheduleStore:
         table = table_of(self._models.Schedule)
         wanted = {spec.name: spec for spec in specs}
         with self.database.begin() as conn:
-            stored = {
+            existing = {
                 row["name"]: row
                 for row in conn.execute(
-                    select(*_readable_columns(table))
+                    select(*readable_columns(table))
                     .where((table.c.source == "config") | table.c.name.in_(list(wanted)))
                     .with_for_update()
                 ).mappings()
             }
             for name, spec in wanted.items():
-                row = stored.get(name)
+                row = existing.get(name)
                 if row is None:
                     conn.execute(insert(table).values(**self._new_row(spec, now)))
                 elif row["source"] != "config":
@@ -259,13 +242,15 @@ class ScheduleStore:
                         extra={"action": "config_entry_ignored", "schedule": name},
                     )
                 else:
-                    current = _stored(row)
-                    columns = _columns(spec, current.watermark_at, now)
+                    current = stored(row)
+                    values = columns(spec, current.watermark_at, now)
                     if not current.enabled:
-                        columns.update(enabled=False, next_fire_at=None, check_at=None)
-                    if current.error is not None or _differs(current, spec):
-                        conn.execute(update(table).where(table.c.name == name).values(**columns))
-            gone = [n for n, row in stored.items() if row["source"] == "config" and n not in wanted]
+                        values.update(enabled=False, next_fire_at=None, check_at=None)
+                    if current.error is not None or differs(current, spec):
+                        conn.execute(update(table).where(table.c.name == name).values(**values))
+            gone = [
+                n for n, row in existing.items() if row["source"] == "config" and n not in wanted
+            ]
             if gone:
                 conn.execute(delete(table).where(table.c.name.in_(gone)))
 
@@ -277,11 +262,13 @@ class ScheduleStore:
         self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
     ) -> manual.BackfillReport:
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have."""
-        stored = self.get(name)
-        if stored.schedule is None:
-            raise InvalidInput(f"name: schedule {name!r} is in error: {stored.error}", field="name")
+        current = self.get(name)
+        if current.schedule is None:
+            raise InvalidInput(
+                f"name: schedule {name!r} is in error: {current.error}", field="name"
+            )
         return manual.backfill(
-            self.app, self.database, name, stored.schedule, start, end, self._clock, limit=limit
+            self.app, self.database, name, current.schedule, start, end, self._clock, limit=limit
         )
 
     # -- reading --------------------------------------------------------------------
@@ -295,8 +282,8 @@ class ScheduleStore:
         """Schedules ordered by name (at most ``limit``)."""
         table = table_of(self._models.Schedule)
         with self.database.read() as conn:
-            stmt = select(*_readable_columns(table)).order_by(table.c.name).limit(limit)
-            return [_stored(row) for row in conn.execute(stmt).mappings()]
+            stmt = select(*readable_columns(table)).order_by(table.c.name).limit(limit)
+            return [stored(row) for row in conn.execute(stmt).mappings()]
 
     # -- internals ------------------------------------------------------------------
 
@@ -319,7 +306,7 @@ class ScheduleStore:
             "name": spec.name,
             "source": self._source,
             "created_at": now,
-            **_columns(spec, now, now),
+            **columns(spec, now, now),
         }
 
     def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
@@ -344,11 +331,11 @@ class ScheduleStore:
 
     def _row(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule | None:
         table = table_of(self._models.Schedule)
-        stmt = select(*_readable_columns(table)).where(table.c.name == validate_name(name))
+        stmt = select(*readable_columns(table)).where(table.c.name == validate_name(name))
         if lock:
             stmt = stmt.with_for_update()
         row = conn.execute(stmt).mappings().one_or_none()
-        return None if row is None else _stored(row)
+        return None if row is None else stored(row)
 
     def _require(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule:
         row = self._row(conn, name, lock=lock)
@@ -358,28 +345,6 @@ class ScheduleStore:
 
     def _get(self, conn: Connection, name: str) -> StoredSchedule:
         return self._require(conn, name)
-
-
-def _columns(spec: ScheduleSpec, watermark: datetime, now: datetime) -> dict[str, Any]:
-    enabled = spec.policy.enabled
-    next_fire_at = spec.schedule.next_after(watermark) if enabled else None
-    return {
-        "task": spec.task,
-        "schedule": spec.schedule.to_dict(),
-        "args": spec.args,
-        "kwargs": spec.kwargs,
-        "options": spec.options,
-        "catchup": spec.policy.catchup,
-        "starting_deadline": spec.policy.starting_deadline,
-        "overlap": spec.policy.overlap,
-        "grace": spec.policy.grace,
-        "enabled": enabled,
-        "watermark_at": watermark,
-        "next_fire_at": next_fire_at,
-        "check_at": next_fire_at,
-        "error": None,
-        "updated_at": now,
-    }
 
 
 def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -393,80 +358,3 @@ def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
         if required not in entry:
             raise InvalidInput(f"{required}: missing", field=required)
     return dict(entry)
-
-
-def _policy_dict(policy: Policy) -> dict[str, Any]:
-    return {
-        "catchup": policy.catchup,
-        "starting_deadline": policy.starting_deadline,
-        "overlap": policy.overlap,
-        "grace": policy.grace,
-        "enabled": policy.enabled,
-    }
-
-
-def _differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
-    return (
-        current.task,
-        current.schedule,
-        current.args,
-        current.kwargs,
-        current.options,
-        current.policy.catchup,
-        current.policy.starting_deadline,
-        current.policy.overlap,
-        current.policy.grace,
-    ) != (
-        spec.task,
-        spec.schedule,
-        spec.args,
-        spec.kwargs,
-        spec.options,
-        spec.policy.catchup,
-        spec.policy.starting_deadline,
-        spec.policy.overlap,
-        spec.policy.grace,
-    )
-
-
-def _readable_columns(table: Table) -> list[Any]:
-    # JSON read as text, so that a hand-corrupted row can be listed and reported.
-    json_columns = ("schedule", "args", "kwargs", "options")
-    return [
-        type_coerce(column, Text).label(column.name) if column.name in json_columns else column
-        for column in table.c
-    ]
-
-
-def _stored(row: Mapping[Any, Any]) -> StoredSchedule:
-    error = row["error"]
-    try:
-        schedule: Cron | Every | None = schedule_from_dict(decode_json(row["schedule"]))
-    except (GafferError, ValueError, TypeError) as exc:
-        schedule, error = None, error or f"schedule: {exc}"
-    decoded: dict[str, Any] = {}
-    for column, kind in (("args", list), ("kwargs", dict), ("options", dict)):
-        try:
-            decoded[column] = kind(decode_json(row[column]) or kind())
-        except (ValueError, TypeError) as exc:
-            decoded[column], error = kind(), error or f"{column}: undecodable ({exc})"
-    return StoredSchedule(
-        name=row["name"],
-        task=row["task"],
-        schedule=schedule,
-        args=decoded["args"],
-        kwargs=decoded["kwargs"],
-        options=decoded["options"],
-        policy=Policy(
-            catchup=row["catchup"],
-            starting_deadline=row["starting_deadline"],
-            overlap=row["overlap"],
-            grace=row["grace"],
-            enabled=row["enabled"],
-        ),
-        source=row["source"],
-        watermark_at=row["watermark_at"],
-        next_fire_at=row["next_fire_at"],
-        error=error,
-        updated_at=row["updated_at"],
-    )
