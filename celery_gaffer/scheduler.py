@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from .catchup import decide
 from .clock import Clock, utcnow
 from .exceptions import DatabaseUnavailable, GafferError
-from .health import all_health, announce, check_due
+from .health import announce, check_due
 from .keys import fire_key, fire_task_id
 from .ledger import (
     DueSchedule,
@@ -91,11 +91,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             self.app.conf.beat_schedule or {}
         )
         if settings.metrics_port is not None and self.metrics is None:
+            # Per-schedule gauges appear as Beat checks each schedule (check_at).
             self.metrics = Metrics(settings.metrics_port)
-            with self.database.read() as conn:
-                now = self._clock()
-                for health in all_health(conn, self.database.models, now, settings, limit=10_000):
-                    self.metrics.observe_health(health)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due fire; return the seconds until the next one is due.

@@ -65,7 +65,7 @@ class ScheduleRow:
     overlap: Mapped[str] = mapped_column(String(8), default="allow")
     grace: Mapped[float | None] = mapped_column(Float, nullable=True)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
-    source: Mapped[str] = mapped_column(String(8), default="db")
+    source: Mapped[str] = mapped_column(String(8), default="db", index=True)
     watermark_at: Mapped[datetime] = mapped_column(UTCDateTime)
     next_fire_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

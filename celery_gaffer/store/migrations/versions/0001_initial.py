@@ -55,6 +55,8 @@ def upgrade() -> None:
     )
     op.create_index(f"ix_{P}schedules_next_fire_at", f"{P}schedules", ["next_fire_at"])
     op.create_index(f"ix_{P}schedules_check_at", f"{P}schedules", ["check_at"])
+    # Beat's start-up sync reads the (few) config schedules among (many) db ones.
+    op.create_index(f"ix_{P}schedules_source", f"{P}schedules", ["source"])
 
     op.create_table(
         f"{P}fires",
