@@ -188,10 +188,13 @@ class Recorder:
         try:
             database = self.database
             table = table_of(database.models.JobRun)
-            with database.begin() as conn:
-                attempt = conn.execute(
-                    select(func.count()).select_from(table).where(table.c.task_id == task_id)
-                ).scalar_one()
+            previous = (
+                select(func.count() + 1)
+                .select_from(table)
+                .where(table.c.task_id == task_id)
+                .scalar_subquery()
+            )
+            with database.autocommit(relaxed=True) as conn:
                 row_id = conn.execute(
                     insert(table)
                     .values(
@@ -200,7 +203,7 @@ class Recorder:
                         schedule=getattr(request, "gaffer_schedule", None),
                         nominal_at=parse_nominal(getattr(request, "gaffer_nominal_at", None)),
                         key=getattr(request, "gaffer_key", None),
-                        attempt=int(attempt) + 1,
+                        attempt=previous,
                         state="running",
                         started_at=now,
                         worker=request.hostname,
@@ -267,7 +270,7 @@ class Recorder:
         try:
             database = self.database
             table = table_of(database.models.JobRun)
-            with database.begin() as conn:
+            with database.autocommit(relaxed=True) as conn:
                 conn.execute(update(table).where(table.c.id == row_id).values(**values))
                 if schedule:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))

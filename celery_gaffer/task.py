@@ -94,7 +94,7 @@ class GafferTask(Task):  # type: ignore[misc]
         token = current_run.set(run)
         try:
             if run.key is not None:
-                with database.read() as conn:
+                with database.autocommit() as conn:
                     run.key_state = key_state(conn, database.models, run.key)
                 if run.key_state == COMPLETED:
                     return self._end_without_work(run, "duplicate")

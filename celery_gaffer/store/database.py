@@ -59,6 +59,20 @@ class Database:
         ):
             yield connection
 
+    @contextmanager
+    def autocommit(self, *, relaxed: bool = False) -> Iterator[Connection]:
+        """A connection whose statements each commit on their own: one round trip each.
+
+        For single-statement reads and for run records (``relaxed``: their commits need
+        not wait for the disk on PostgreSQL).
+        """
+        engine = get_engine(self.settings.database_url, relaxed=relaxed)
+        with (
+            _unavailable_as_gaffer_error(self),
+            engine.connect() as connection,
+        ):
+            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
     def migrate(self) -> tuple[str | None, str]:
         """Apply the shipped migrations; returns the revision before and after."""
         with _unavailable_as_gaffer_error(self):

@@ -30,10 +30,15 @@ _engines: dict[str, Engine] = {}
 _owner_pid = os.getpid()
 
 
-def get_engine(url: URL) -> Engine:
-    """The engine for ``url`` in this process (created on first use, re-created after fork)."""
+def get_engine(url: URL, *, relaxed: bool = False) -> Engine:
+    """The engine for ``url`` in this process (created on first use, re-created after fork).
+
+    ``relaxed``: a second engine for writes that are observability, not correctness (run
+    records): on PostgreSQL its commits do not wait for the disk
+    (``synchronous_commit=off``), which a crash can only cost the last records.
+    """
     global _owner_pid
-    key = url.render_as_string(hide_password=False)
+    key = url.render_as_string(hide_password=False) + ("#relaxed" if relaxed else "")
     with _lock:
         if os.getpid() != _owner_pid:
             # Inherited from the parent: drop our references without closing its sockets.
@@ -43,7 +48,7 @@ def get_engine(url: URL) -> Engine:
             _owner_pid = os.getpid()
         engine = _engines.get(key)
         if engine is None:
-            engine = _create_engine(url)
+            engine = _create_engine(url, relaxed=relaxed)
             _engines[key] = engine
         return engine
 
@@ -66,16 +71,16 @@ def read_only(connection: Connection) -> Connection:
     return connection.execution_options(**{READ_ONLY: True})
 
 
-def _create_engine(url: URL) -> Engine:
+def _create_engine(url: URL, *, relaxed: bool = False) -> Engine:
     if url.get_backend_name() == "sqlite":
         return _create_sqlite_engine(url)
-    return create_engine(
-        url,
-        pool_pre_ping=True,
-        pool_size=5,
-        max_overflow=10,
-        connect_args={"connect_timeout": 10, "application_name": "celery-gaffer"},
-    )
+    connect_args: dict[str, Any] = {"connect_timeout": 10, "application_name": "celery-gaffer"}
+    if relaxed:
+        connect_args["options"] = "-c synchronous_commit=off"
+    # No pre-ping (a round trip per checkout): a connection lost to a restart fails on
+    # use, SQLAlchemy then discards the whole pool, and callers retry (Beat's next tick,
+    # a GafferTask's database retry).
+    return create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args)
 
 
 def _create_sqlite_engine(url: URL) -> Engine:
@@ -97,7 +102,10 @@ def _create_sqlite_engine(url: URL) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
-        if connection.get_execution_options().get(READ_ONLY):
+        options = connection.get_execution_options()
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            return  # each statement is its own transaction
+        if options.get(READ_ONLY):
             connection.exec_driver_sql("BEGIN")
         else:
             connection.exec_driver_sql("BEGIN IMMEDIATE")

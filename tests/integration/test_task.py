@@ -146,9 +146,10 @@ def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
 
     @app.task(base=GafferTask, bind=True, shared=False, name="t.long")
     def long(self: GafferTask) -> int:
-        with self.lease("long", ttl=0.6) as lease:
+        # 1.5 s, not less: the renewer must win against a loaded 2-core CI machine.
+        with self.lease("long", ttl=1.5) as lease:
             holding.set()
-            deadline = time.monotonic() + 3.0
+            deadline = time.monotonic() + 7.5
             while time.monotonic() < deadline:
                 time.sleep(0.05)
             lease.check()
@@ -160,7 +161,7 @@ def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
         client = LeaseClient(database_for(app))
         while not done.is_set():
             try:
-                client.acquire("long", "contender", 0.6)
+                client.acquire("long", "contender", 1.5)
                 contender_errors.append("acquired")
             except LeaseHeld:
                 pass
