@@ -42,6 +42,21 @@ MACROS: dict[str, str] = {
 }
 
 
+def aware_utc(value: object, name: str) -> datetime:
+    """``value`` as an aware UTC datetime truncated to the second, else InvalidSchedule.
+
+    Fires are whole seconds, so "after ``value``" and "after its second" are the same.
+    """
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidSchedule(
+            f"{name} must be a timezone-aware datetime, got {value!r}", field=name
+        )
+    try:
+        return value.astimezone(UTC).replace(microsecond=0)
+    except OverflowError as exc:
+        raise InvalidSchedule(f"{name} {value!r} is out of range in UTC", field=name) from exc
+
+
 def load_zone(tz: object) -> ZoneInfo:
     """Return the IANA zone named ``tz`` or raise :class:`InvalidSchedule` naming ``tz``."""
     if not isinstance(tz, str) or not tz.strip():

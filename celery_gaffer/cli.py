@@ -315,17 +315,22 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 @gaffer.command()
 @click.option("--schedule", "schedule_name", default=None, help="Only this schedule's runs.")
+@click.option("--scheduled", is_flag=True, help="Only runs of schedules (not ad-hoc tasks).")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_context
 @_gaffer_errors
-def runs(ctx: click.Context, schedule_name: str | None, limit: int, as_json: bool) -> None:
+def runs(
+    ctx: click.Context, schedule_name: str | None, scheduled: bool, limit: int, as_json: bool
+) -> None:
     """The latest runs, newest first: schedule, nominal time, state, items, duration."""
     database = database_for(_app(ctx))
     table = table_of(database.models.JobRun)
     query = select(table).order_by(table.c.id.desc()).limit(limit)
     if schedule_name is not None:
         query = query.where(table.c.schedule == schedule_name)
+    elif scheduled:
+        query = query.where(table.c.schedule.is_not(None))
     with database.read() as conn:
         rows = list(conn.execute(query).mappings())
     if as_json:

@@ -19,19 +19,11 @@ from celery.schedules import BaseSchedule, crontab
 from celery.schedules import schedstate as _schedstate
 from celery.utils.time import maybe_make_aware
 
-from ._cron import ZonedCron, expand_expr, is_fixed_time, load_zone
+from ._cron import ZonedCron, aware_utc, expand_expr, is_fixed_time, load_zone
 from .exceptions import InvalidSchedule
 from .keys import jitter_delay
 
-__all__ = [
-    "Cron",
-    "Every",
-    "GafferSchedule",
-    "as_schedule",
-    "cron",
-    "every",
-    "schedule_from_dict",
-]
+__all__ = ["Cron", "Every", "GafferSchedule", "as_schedule", "cron", "every", "schedule_from_dict"]
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -42,18 +34,6 @@ _LONGEST_INTERVAL = (datetime.max - datetime.min) // _ONE_SECOND
 # What ``is_due`` answers for a schedule with no fire left (cronsim looks 50 years
 # ahead): check again in an hour; Celery caps it with beat_max_loop_interval anyway.
 _IDLE_RECHECK_SECONDS = 3600.0
-
-
-def _aware_utc(value: object, name: str) -> datetime:
-    """``value`` as an aware UTC datetime truncated to the second, else InvalidSchedule."""
-    if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise InvalidSchedule(
-            f"{name} must be a timezone-aware datetime, got {value!r}", field=name
-        )
-    try:
-        return value.astimezone(UTC).replace(microsecond=0)
-    except OverflowError as exc:
-        raise InvalidSchedule(f"{name} {value!r} is out of range in UTC", field=name) from exc
 
 
 def _seconds(value: object, name: str) -> float:
@@ -112,15 +92,15 @@ class GafferSchedule(BaseSchedule):  # type: ignore[misc]  # celery ships no typ
 
         ``None`` when there is none (cron: no match within 50 years, or past year 9999).
         """
-        return next(self._fires_after(_aware_utc(t, "t")), None)
+        return next(self._fires_after(aware_utc(t, "t")), None)
 
     def fires_between(self, start: datetime, end: datetime) -> Iterator[datetime]:
         """Every fire ``f`` with ``start < f <= end``, ascending, aware UTC, no repeats.
 
         Both arguments are checked now, before the first fire is asked for.
         """
-        after = _aware_utc(start, "start")
-        until = _aware_utc(end, "end")
+        after = aware_utc(start, "start")
+        until = aware_utc(end, "end")
         return self._fires_until(after, until)
 
     def _fires_until(self, after: datetime, until: datetime) -> Iterator[datetime]:
@@ -280,7 +260,7 @@ class Every(GafferSchedule):
     ) -> None:
         self._interval = _interval_seconds(interval)
         self._step = timedelta(seconds=self._interval)
-        self._anchor = EPOCH if anchor is None else _aware_utc(anchor, "anchor")
+        self._anchor = EPOCH if anchor is None else aware_utc(anchor, "anchor")
         self._jitter = _jitter_seconds(jitter)
         if self._jitter >= self._interval:
             raise InvalidSchedule(
@@ -301,7 +281,7 @@ class Every(GafferSchedule):
 
     def next_after(self, t: datetime) -> datetime | None:
         """The first fire strictly after ``t``; ``None`` only past year 9999."""
-        after = _aware_utc(t, "t")
+        after = aware_utc(t, "t")
         steps = (after - self._anchor) // self._step + 1
         try:
             return self._anchor + steps * self._step
@@ -366,7 +346,7 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Cron | Every:
             f"a schedule must be a dict, got {type(data).__name__}", field="schedule"
         )
     kind = data.get("kind")
-    if kind not in _FIELDS:
+    if not isinstance(kind, str) or kind not in _FIELDS:
         raise InvalidSchedule(f"kind must be 'cron' or 'every', got {kind!r}", field="kind")
     for key in data:
         if key != "kind" and key not in _FIELDS[kind]:

@@ -74,8 +74,10 @@ def main() -> int:
 
     print("\n$ celery -A billing.celery_app gaffer status")
     subprocess.run(celery("gaffer", "status"), cwd=HERE, env=env, check=False)
-    print("\n$ celery -A billing.celery_app gaffer runs --limit 15")
-    subprocess.run(celery("gaffer", "runs", "--limit", "15"), cwd=HERE, env=env, check=True)
+    print("\n$ celery -A billing.celery_app gaffer runs --scheduled --limit 15")
+    subprocess.run(
+        celery("gaffer", "runs", "--scheduled", "--limit", "15"), cwd=HERE, env=env, check=True
+    )
     outbox = VAR / "outbox.jsonl"
     if outbox.exists():
         lines = outbox.read_text().splitlines()

@@ -23,7 +23,7 @@ def test_the_demo_runs_twice_without_any_server(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "DEMO_SECONDS": "30",
+        "DEMO_SECONDS": "65",
         "CELERY_BROKER_URL": "redis://127.0.0.1:1/0",
         "GAFFER_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
     }
@@ -34,7 +34,7 @@ def test_the_demo_runs_twice_without_any_server(tmp_path: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=400,
         )
         assert result.returncode == 0, result.stdout + result.stderr
         runs = result.stdout.split("gaffer runs", 1)[1]
