@@ -22,6 +22,6 @@ def test_the_tutorial_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setitem(sys.modules, "tutorial", module)
     for number, block in enumerate(blocks, 1):
         try:
-            exec(compile(block, f"tutorial.md block {number}", "exec"), module.__dict__)  # noqa: S102
+            exec(compile(block, f"tutorial.md block {number}", "exec"), module.__dict__)
         except Exception as exc:  # pragma: no cover - reported with the block's number
             raise AssertionError(f"tutorial block {number} failed: {exc!r}\n{block}") from exc
