@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ STARTUP_TIMEOUT = 30.0
 
 APP_SOURCE = """
 import time
+import uuid
 from itertools import pairwise
 
 from celery import Celery
@@ -44,13 +46,16 @@ app.conf.beat_schedule = {{
 }}
 app.conf.beat_schedule_filename = {schedule_file!r}
 app.conf.beat_max_loop_interval = 1
+# Kombu's Redis transport keeps a queue's messages in a list named after it; a queue of
+# this test's own keeps a concurrent run on the same Redis database out of the count.
+app.conf.task_default_queue = {queue!r}
 """
 
 
-def _queued(client: redis.Redis) -> list[dict[str, Any]]:
-    """The task messages in kombu's default queue, oldest first."""
+def _queued(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
+    """The task messages in ``queue``, by send time."""
     messages = []
-    for raw in client.lrange("celery", 0, -1):
+    for raw in client.lrange(queue, 0, -1):
         envelope = json.loads(raw)
         args, kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
         messages.append({"headers": envelope["headers"], "args": args, "kwargs": kwargs})
@@ -58,12 +63,14 @@ def _queued(client: redis.Redis) -> list[dict[str, Any]]:
 
 
 def test_every_one_second_with_celerys_default_scheduler(tmp_path: Path, redis_url: str) -> None:
+    queue = f"gaffer-default-beat-{uuid.uuid4().hex}"
     (tmp_path / f"{MODULE}.py").write_text(
         APP_SOURCE.format(
             module=MODULE,
             broker=redis_url,
             task=TASK,
             schedule_file=str(tmp_path / "celerybeat-schedule"),
+            queue=queue,
         )
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
@@ -79,7 +86,7 @@ def test_every_one_second_with_celerys_default_scheduler(tmp_path: Path, redis_u
     try:
         # Wait for the first send (start-up time varies), then watch it for RUN_SECONDS.
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        while client.llen("celery") == 0:
+        while client.llen(queue) == 0:
             assert beat.poll() is None, "celery beat exited early"
             assert time.monotonic() < deadline, "celery beat sent nothing"
             time.sleep(0.1)
@@ -97,7 +104,8 @@ def test_every_one_second_with_celerys_default_scheduler(tmp_path: Path, redis_u
     log.close()
 
     with redis.Redis.from_url(redis_url) as reader:
-        messages = _queued(reader)
+        messages = _queued(reader, queue)
+        reader.delete(queue)
     assert "Traceback" not in output, output
     assert len(messages) >= 4, output
     assert {m["headers"]["task"] for m in messages} == {TASK}

@@ -141,6 +141,9 @@ def find_transitions(
     Sampled every ``step``: two changes closer together than ``step`` can be missed.
     """
     found = []
+    # Whole seconds throughout: transitions happen on whole seconds, and the bisection
+    # below must not round ``middle`` back below ``low``.
+    start, end = start.replace(microsecond=0), end.replace(microsecond=0)
     here, offset = start, offset_at(zone, start)
     while here < end:
         there = min(here + step, end)
@@ -148,7 +151,7 @@ def find_transitions(
         if offset_there != offset:
             low, high = here, there  # offset(low) == offset, offset(high) != offset
             while high - low > timedelta(seconds=1):
-                middle = (low + (high - low) / 2).replace(microsecond=0)
+                middle = low + (high - low) // 2 // timedelta(seconds=1) * timedelta(seconds=1)
                 if offset_at(zone, middle) == offset:
                     low = middle
                 else:
@@ -160,14 +163,19 @@ def find_transitions(
 
 def segments(zone: ZoneInfo, start: datetime, end: datetime) -> list[Segment]:
     """The constant-offset stretches covering ``[start, end)`` (bounds whole seconds)."""
-    start = start.replace(microsecond=0)
-    end = end.replace(microsecond=0)
+    start, end = start.replace(microsecond=0), end.replace(microsecond=0)
     cuts = [start, *find_transitions(zone, start, end, timedelta(minutes=10)), end]
     return [Segment(a, b, offset_at(zone, a)) for a, b in pairwise(cuts) if a < b]
 
 
-def expected_fires(expr: str, zone_name: str, start: datetime, end: datetime) -> list[datetime]:
-    """Every fire ``f`` of ``expr`` in ``zone_name`` with ``start < f <= end`` (aware UTC)."""
+def expected_fires(
+    expr: str, zone_name: str, start: datetime, end: datetime, seen: set[str] | None = None
+) -> list[datetime]:
+    """Every fire ``f`` of ``expr`` in ``zone_name`` with ``start < f <= end`` (aware UTC).
+
+    ``seen``, when given, collects which rules were applied: "gap", "repeat".
+    """
+    seen = set() if seen is None else seen
     expression = Expression.parse(expr)
     zone = ZoneInfo(zone_name)
     start = start.astimezone(UTC)
@@ -189,8 +197,12 @@ def expected_fires(expr: str, zone_name: str, start: datetime, end: datetime) ->
             fires.add(occurrences[0])
         elif occurrences:  # happens twice (or more)
             fires.update(occurrences[:1] if expression.fixed_time else occurrences)
+            seen.add("repeat")
         elif expression.fixed_time:  # does not exist: find the gap that swallowed it
             fires.add(_gap_end(stretches, wall))
+            seen.add("gap")
+        else:
+            seen.add("gap")
     return sorted(f for f in fires if start < f <= end)
 
 

@@ -8,13 +8,13 @@ from datetime import datetime, timedelta, timezone
 from itertools import pairwise
 from zoneinfo import ZoneInfo, available_timezones
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from celery_gaffer.exceptions import InvalidSchedule
 from celery_gaffer.schedules import cron
 
-from .oracle import Expression, expected_fires, find_transitions
+from .oracle import Expression, expected_fires, find_transitions, offset_at
 
 UTC = timezone.utc
 ZONES = sorted(available_timezones())
@@ -45,11 +45,32 @@ DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 MACROS = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"]
 
 
+@functools.cache
+def transition_years(zone: str) -> tuple[int, ...]:
+    """Years of 1970-2037 in which the zone's offset changes (probed quarterly)."""
+    local = ZoneInfo(zone)
+    years = []
+    for year in range(1970, 2038):
+        probes = [datetime(year, month, 1, tzinfo=UTC) for month in (1, 4, 7, 10)]
+        probes.append(datetime(year + 1, 1, 1, tzinfo=UTC))
+        if len({offset_at(local, probe) for probe in probes}) > 1:
+            years.append(year)
+    return tuple(years)
+
+
+# Most of the 600 zones have no DST at all, or none after 1970: draw these more often.
+ZONES_WITH_TRANSITIONS = [zone for zone in ZONES if transition_years(zone)]
+
+
 @functools.lru_cache(maxsize=4096)
 def transitions_in_year(zone: str, year: int) -> tuple[datetime, ...]:
     start = datetime(year, 1, 1, tzinfo=UTC)
     end = datetime(year + 1, 1, 1, tzinfo=UTC)
     return tuple(find_transitions(ZoneInfo(zone), start, end, timedelta(days=1)))
+
+
+def transitions_in_window(zone: str, start: datetime, end: datetime) -> bool:
+    return bool(find_transitions(ZoneInfo(zone), start, end, timedelta(hours=1)))
 
 
 def _token(draw: st.DrawFn, value: int, names: list[str] | None, low: int) -> str:
@@ -85,6 +106,10 @@ def field(values: st.SearchStrategy[int], low: int, high: int, names: list[str] 
 
 
 MINUTES = field(st.one_of(st.sampled_from([0, 15, 30, 45]), st.integers(0, 59)), 0, 59)
+# Fixed-time minute fields (no leading "*"), for the fixed-time rules.
+FIXED_MINUTES = st.lists(st.integers(0, 59), min_size=1, max_size=4, unique=True).map(
+    lambda minutes: ",".join(str(m) for m in sorted(minutes))
+)
 # Transitions happen in the small hours: draw those hours often.
 HOURS = field(st.one_of(st.integers(0, 4), st.integers(0, 23)), 0, 23)
 DAYS_OF_MONTH = field(st.integers(1, 31), 1, 31)
@@ -94,45 +119,101 @@ WEEKDAYS = field(st.integers(0, 7), 0, 7, DAYS)
 
 def mostly_star(strategy: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     # The window is two days wide: a restricted day or month field rarely matches in it.
-    return st.one_of(st.just("*"), st.just("*"), strategy)
+    return st.one_of(*[st.just("*")] * 4, strategy)
 
 
-EXPRESSIONS = st.one_of(
-    st.sampled_from(MACROS),
-    st.tuples(
-        MINUTES, HOURS, mostly_star(DAYS_OF_MONTH), mostly_star(MONTHS_FIELD), mostly_star(WEEKDAYS)
-    ).map(" ".join),
-    # Both day fields restricted: the OR rule.
-    st.tuples(MINUTES, HOURS, DAYS_OF_MONTH, st.just("*"), WEEKDAYS).map(" ".join),
-)
+def expressions(
+    minutes: st.SearchStrategy[str], hours: st.SearchStrategy[str]
+) -> st.SearchStrategy[str]:
+    five_fields = st.tuples(
+        minutes,
+        hours,
+        mostly_star(DAYS_OF_MONTH),
+        mostly_star(MONTHS_FIELD),
+        mostly_star(WEEKDAYS),
+    ).map(" ".join)
+    return st.one_of(
+        st.sampled_from(MACROS),
+        five_fields,
+        five_fields,
+        five_fields,
+        # Both day fields restricted: the OR rule.
+        st.tuples(minutes, hours, DAYS_OF_MONTH, st.just("*"), WEEKDAYS).map(" ".join),
+    )
+
+
+def hours_near(zone: str, center: datetime) -> tuple[list[int], list[int]]:
+    """Local hours around the transition at ``center``, and those it skips or repeats."""
+    local = ZoneInfo(zone)
+    near = {(center + timedelta(minutes=m)).astimezone(local).hour for m in range(-120, 121, 15)}
+    wall_before = (center - timedelta(seconds=1)).astimezone(local).replace(tzinfo=None)
+    wall_after = center.astimezone(local).replace(tzinfo=None)
+    # Forward: the walls in between never happen; backward: they happen twice.
+    first, last = sorted([wall_before + timedelta(seconds=1), wall_after])
+    critical = set()
+    while first < last:
+        critical.add(first.hour)
+        first += timedelta(minutes=15)
+    critical.add((last - timedelta(seconds=1)).hour)
+    return sorted(near | critical), sorted(critical)
 
 
 @st.composite
-def windows(draw: st.DrawFn) -> tuple[str, datetime, datetime]:
+def windows(draw: st.DrawFn) -> tuple[str, datetime, datetime, datetime]:
     """A zone and a window of at most two days around one of its real transitions."""
-    zone = draw(st.one_of(st.sampled_from(ODD_ZONES), st.sampled_from(ZONES)))
-    year = draw(st.integers(1970, 2037))
+    zone = draw(
+        st.one_of(
+            st.sampled_from(ODD_ZONES),
+            st.sampled_from(ZONES_WITH_TRANSITIONS),
+            st.sampled_from(ZONES_WITH_TRANSITIONS),
+            st.sampled_from(ZONES),  # some without any transition
+        )
+    )
+    years = transition_years(zone)
+    year = draw(st.sampled_from(years) if years else st.integers(1970, 2037))
     found = transitions_in_year(zone, year)
     if found:
         center = draw(st.sampled_from(found))
     else:  # a zone without transitions that year: still a valid window
         center = datetime(year, 1, 1, tzinfo=UTC) + timedelta(seconds=draw(st.integers(0, 2**24)))
-    before = timedelta(seconds=draw(st.integers(0, 86400)))
-    after = timedelta(seconds=draw(st.integers(0, 86400)))
+    # Mostly hours wide on each side; sometimes tiny, to probe the window's edges.
+    side = st.one_of(st.integers(0, 86400), *[st.integers(3 * 3600, 86400)] * 3)
+    before = timedelta(seconds=draw(side))
+    after = timedelta(seconds=draw(side))
     fraction = timedelta(microseconds=draw(st.sampled_from([0, 0, 1, 500_000, 999_999])))
     # Arguments may be in any zone: the schedule's own, UTC or a fixed offset.
     shown_in = draw(st.sampled_from([UTC, ZoneInfo(zone), timezone(timedelta(hours=-5))]))
     start = (center - before + fraction).astimezone(shown_in)
     end = (center + after + fraction).astimezone(shown_in)
-    return zone, start, end
+    return zone, center, start, end
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[str, str, datetime, datetime]:
+    """A window and an expression whose hour field often names the transition's hours."""
+    zone, center, start, end = draw(windows())
+    near_hours, critical_hours = hours_near(zone, center)
+
+    def hour_field(hours: list[int]) -> st.SearchStrategy[str]:
+        hour = st.sampled_from(hours)
+        return st.one_of(
+            hour.map(str),
+            st.lists(hour, min_size=1, max_size=3, unique=True).map(
+                lambda chosen: ",".join(str(h) for h in sorted(chosen))
+            ),
+            st.tuples(hour, hour).map(lambda pair: f"{min(pair)}-{max(pair)}"),
+        )
+
+    critical = hour_field(critical_hours)
+    hours = st.one_of(critical, hour_field(near_hours), HOURS)
+    expr = draw(expressions(st.one_of(FIXED_MINUTES, MINUTES), hours))
+    return expr, zone, start, end
 
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(expr=EXPRESSIONS, window=windows())
-def test_fires_between_agrees_with_the_oracle(
-    expr: str, window: tuple[str, datetime, datetime]
-) -> None:
-    zone, start, end = window
+@given(case=cases())
+def test_fires_between_agrees_with_the_oracle(case: tuple[str, str, datetime, datetime]) -> None:
+    expr, zone, start, end = case
     try:
         schedule = cron(expr, zone)
     except InvalidSchedule:
@@ -140,7 +221,12 @@ def test_fires_between_agrees_with_the_oracle(
         assert Expression.parse(expr).never_matches(), expr
         return
 
-    expected = expected_fires(expr, zone, start, end)
+    event("window has a transition" if transitions_in_window(zone, start, end) else "no transition")
+    rules: set[str] = set()
+    expected = expected_fires(expr, zone, start, end, rules)
+    kind = "fixed-time" if schedule.is_fixed_time else "wildcard"
+    for rule in sorted(rules) or ["no gap or repeat matched"]:
+        event(f"{kind}: {rule}")
     actual = list(schedule.fires_between(start, end))
 
     assert actual == expected

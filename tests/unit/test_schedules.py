@@ -382,6 +382,7 @@ def test_from_dict_defaults_and_z_suffix() -> None:
         ([], "schedule"),
         ({}, "kind"),
         ({"kind": "crontab", "expr": "* * * * *"}, "kind"),
+        ({"kind": ["cron"], "expr": "* * * * *"}, "kind"),
         ({"kind": "cron"}, "expr"),
         ({"kind": "cron", "expr": "* * *"}, "expr"),
         ({"kind": "cron", "expr": "* * * * *", "tz": "Nowhere/Land"}, "tz"),
@@ -442,7 +443,7 @@ def test_equality_and_hash() -> None:
 
 
 @pytest.fixture
-def celery_app() -> Celery:
+def plain_app() -> Celery:
     return Celery("gaffer-schedule-tests", set_as_current=False)
 
 
@@ -461,9 +462,9 @@ def test_both_are_celery_base_schedules() -> None:
     assert isinstance(every(1), BaseSchedule)
 
 
-def test_cron_is_due_contract_with_an_injected_clock(celery_app: Celery) -> None:
+def test_cron_is_due_contract_with_an_injected_clock(plain_app: Celery) -> None:
     clock = Clock(utc(2026, 3, 8, 6, 59, 30))
-    s = Cron("30 2 * * *", "America/New_York", nowfun=clock, app=celery_app)
+    s = Cron("30 2 * * *", "America/New_York", nowfun=clock, app=plain_app)
     last_run = utc(2026, 3, 7, 7, 30)  # the previous fire
     # Before the fire (which the gap moved to 07:00Z): not due, check again at it.
     assert s.is_due(last_run) == (False, 30.0)
@@ -479,9 +480,9 @@ def test_cron_is_due_contract_with_an_injected_clock(celery_app: Celery) -> None
     assert s.remaining_estimate(last_run) < timedelta(0)
 
 
-def test_every_is_due_contract_with_an_injected_clock(celery_app: Celery) -> None:
+def test_every_is_due_contract_with_an_injected_clock(plain_app: Celery) -> None:
     clock = Clock(utc(2026, 1, 1, 0, 0, 0, 400_000))
-    s = Every(1, nowfun=clock, app=celery_app)
+    s = Every(1, nowfun=clock, app=plain_app)
     last_run = utc(2026, 1, 1, 0, 0, 0, 100_000)
     assert s.is_due(last_run) == (False, pytest.approx(0.6))
     clock.now = utc(2026, 1, 1, 0, 0, 1, 50_000)
@@ -489,30 +490,30 @@ def test_every_is_due_contract_with_an_injected_clock(celery_app: Celery) -> Non
     assert s.is_due(clock.now) == (False, pytest.approx(0.95))
 
 
-def test_naive_last_run_at_is_read_as_celery_reads_it(celery_app: Celery) -> None:
+def test_naive_last_run_at_is_read_as_celery_reads_it(plain_app: Celery) -> None:
     clock = Clock(utc(2026, 1, 1, 12, 0, 30))
-    s = Every(60, nowfun=clock, app=celery_app)
+    s = Every(60, nowfun=clock, app=plain_app)
     # Celery's maybe_make_aware: a naive datetime is UTC.
     assert s.is_due(datetime(2026, 1, 1, 11, 59, 59)) == (True, 30.0)
     assert s.is_due(datetime(2026, 1, 1, 12, 0, 0)) == (False, 30.0)
     naive_clock = Clock(datetime(2026, 1, 1, 12, 0, 30))
-    s = Every(60, nowfun=naive_clock, app=celery_app)
+    s = Every(60, nowfun=naive_clock, app=plain_app)
     assert s.is_due(datetime(2026, 1, 1, 12, 0, 0)) == (False, 30.0)
 
 
-def test_default_clock_is_the_apps(celery_app: Celery) -> None:
-    s = Every(3600, app=celery_app)
+def test_default_clock_is_the_apps(plain_app: Celery) -> None:
+    s = Every(3600, app=plain_app)
     due, next_seconds = s.is_due(datetime.now(UTC))
     assert due is False
     assert 0 < next_seconds <= 3600
 
 
-def test_pickles_for_celerys_persistent_scheduler(tmp_path: Path, celery_app: Celery) -> None:
+def test_pickles_for_celerys_persistent_scheduler(tmp_path: Path, plain_app: Celery) -> None:
     entry = ScheduleEntry(
         name="nightly",
         task="proj.nightly",
         schedule=cron("30 2 * * *", "America/New_York", jitter=5),
-        app=celery_app,
+        app=plain_app,
     )
     with shelve.open(str(tmp_path / "beat")) as db:
         db["entries"] = {"nightly": entry}
@@ -524,10 +525,10 @@ def test_pickles_for_celerys_persistent_scheduler(tmp_path: Path, celery_app: Ce
         assert pickle.loads(pickle.dumps(s)) == s
 
 
-def test_a_beat_schedule_entry_accepts_them(celery_app: Celery) -> None:
+def test_a_beat_schedule_entry_accepts_them(plain_app: Celery) -> None:
     clock = Clock(utc(2026, 1, 1, 0, 0, 5))
     s = Every(10, nowfun=clock)
-    entry = ScheduleEntry(name="tick", task="t", schedule=s, app=celery_app)
+    entry = ScheduleEntry(name="tick", task="t", schedule=s, app=plain_app)
     assert entry.schedule is s
     assert entry.last_run_at == clock.now
     assert entry.is_due() == (False, 5.0)
