@@ -338,15 +338,43 @@ def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None
         conn.execute(update(table).where(table.c.id.in_(id_list)).values(state="cancelled"))
 
 
-def next_wakeup(conn: Connection, models: Models) -> datetime | None:
-    """The earliest ``next_fire_at`` or pending ``publish_after``: when work is next due."""
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """When each kind of Beat work is next due (None: never)."""
+
+    next_fire_at: datetime | None
+    check_at: datetime | None
+    publish_after: datetime | None
+    confirm_after: datetime | None
+
+    def due(self, now: datetime) -> tuple[bool, bool, bool, bool]:
+        """(fires, health checks, pending publishes, delivery confirmations) due now."""
+        return tuple(  # type: ignore[return-value]
+            when is not None and when <= now
+            for when in (self.next_fire_at, self.check_at, self.publish_after, self.confirm_after)
+        )
+
+    def earliest(self) -> datetime | None:
+        times = [
+            t
+            for t in (self.next_fire_at, self.check_at, self.publish_after, self.confirm_after)
+            if t is not None
+        ]
+        return min(times) if times else None
+
+
+def probe(conn: Connection, models: Models, *, confirm: bool) -> Probe:
+    """One statement, all index lookups: when fires, checks and publishes are next due."""
     s, f = models.Schedule, models.Fire
-    next_fire = conn.execute(select(func.min(s.next_fire_at))).scalar()
-    next_publish = conn.execute(
-        select(func.min(f.publish_after)).where(f.state == "pending")
-    ).scalar()
-    candidates = [t for t in (next_fire, next_publish) if t is not None]
-    return min(candidates) if candidates else None
+    columns: list[Any] = [
+        select(func.min(s.next_fire_at)).scalar_subquery(),
+        select(func.min(s.check_at)).scalar_subquery(),
+        select(func.min(f.publish_after)).where(f.state == "pending").scalar_subquery(),
+    ]
+    if confirm:
+        columns.append(select(func.min(f.publish_after)).where(f.state == "sent").scalar_subquery())
+    row = conn.execute(select(*columns)).one()
+    return Probe(row[0], row[1], row[2], row[3] if confirm else None)
 
 
 def _insert(conn: Connection, table: Any) -> Any:

@@ -27,6 +27,7 @@ from .ledger import (
     Fire,
     NewFire,
     Payload,
+    Probe,
     advance_schedules,
     claim_due_schedules,
     claim_pending,
@@ -35,7 +36,7 @@ from .ledger import (
     insert_fires,
     load_payloads,
     mark_cancelled,
-    next_wakeup,
+    probe,
 )
 from .metrics import Metrics
 from .publisher import publish
@@ -74,6 +75,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._reported_errors: set[tuple[str, str]] = set()
         self.metrics: Metrics | None = None
         self._failed_ticks = 0
+        self._next_lost_sweep = 0.0
         super().__init__(app, *args, **kwargs)
 
     # -- celery.beat.Scheduler interface ----------------------------------------------
@@ -115,23 +117,39 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         return delay
 
     def _tick(self) -> float:
-        started = time.monotonic()
-        while True:
-            now = self._clock()
-            busy = self._dispatch_due(now)
-            busy = self._publish_pending(now) or busy
-            busy = self._confirm_deliveries(now) or busy
-            if not busy or time.monotonic() - started > self.tick_budget:
-                break
-        self._check_health(self._clock())
+        settings = self.database.settings
+        now = self._clock()
+        current = self._probe()
+        fires, checks, pending, confirms = current.due(now)
+        busy = worked = False
+        if fires or pending or confirms:
+            worked = True
+            started = time.monotonic()
+            while True:
+                busy = self._dispatch_due(now)
+                busy = self._publish_pending(now) or busy
+                busy = self._confirm_deliveries(now) or busy
+                if not busy or time.monotonic() - started > self.tick_budget:
+                    break
+                now = self._clock()
+        if checks or time.monotonic() >= self._next_lost_sweep:
+            worked = True
+            self._check_health(self._clock())
         if busy:
             return 0.0
-        with self.database.read() as conn:
-            wake_at = next_wakeup(conn, self.database.models)
-        if wake_at is None:
-            return float(self.max_interval)
-        delay = (wake_at - self._clock()).total_seconds()
-        return max(0.0, min(delay, float(self.max_interval)))
+        if worked:
+            current = self._probe()
+        wake_at = current.earliest()
+        delay = float(self.max_interval)
+        if wake_at is not None:
+            delay = min(delay, (wake_at - self._clock()).total_seconds())
+        delay = min(delay, self._next_lost_sweep - time.monotonic(), settings.lease_ttl / 3)
+        return max(0.0, delay)
+
+    def _probe(self) -> Probe:
+        confirm = self.database.settings.confirm_delivery_after is not None
+        with self.database.autocommit() as conn:
+            return probe(conn, self.database.models, confirm=confirm)
 
     def sync(self) -> None:
         """Nothing to do: every tick's state is committed as it happens."""
@@ -276,8 +294,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         """Mark runs whose heartbeat stopped ``lost``, re-check due schedules' health."""
         settings = self.database.settings
         models = self.database.models
+        sweep = time.monotonic() >= self._next_lost_sweep
+        if sweep:
+            # Heartbeats beat every third of the TTL; looking as often finds a lost run
+            # within a TTL and a third, without a query on every tick.
+            self._next_lost_sweep = time.monotonic() + settings.lease_ttl / 3
         with self.database.begin() as conn:
-            lost = mark_lost(conn, models, settings.lease_ttl)
+            lost = mark_lost(conn, models, settings.lease_ttl) if sweep else []
             changes = check_due(conn, models, now, settings, self.batch_size)
             if self.metrics is not None:
                 self.metrics.observe_runs(conn, models, now)

@@ -28,11 +28,12 @@ from typing import Any
 import redis
 from celery import Celery
 from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 
 from celery_gaffer import ScheduleStore, every
 from celery_gaffer.keys import fire_key
 from celery_gaffer.settings import parse_database_url
-from celery_gaffer.store import database_for, get_engine
+from celery_gaffer.store import database_for, dispose_engines, get_engine
 
 from ..processes import CeleryProcess
 from . import services
@@ -238,6 +239,12 @@ class Workload:
         )
 
     def drained(self, until: datetime) -> bool:
+        try:
+            return self._drained(until)
+        except DBAPIError:
+            return False  # PostgreSQL is still coming back from a restart
+
+    def _drained(self, until: datetime) -> bool:
         effects = self.effects()
         if any(key not in effects for key in self.expected_keys(until)):
             return False
@@ -291,6 +298,7 @@ def run(
         drain_deadline = time.monotonic() + drain_timeout
         while time.monotonic() < drain_deadline and not workload.drained(until):
             time.sleep(2)
+        dispose_engines()  # connections from before the last PostgreSQL restart
         report = workload.check(until, injected)
     finally:
         workload.stop()
