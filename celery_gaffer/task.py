@@ -56,6 +56,9 @@ FIRE_HEADERS = (
     "gaffer_overlap",
 )
 
+# How many times a delivery defers to a live holder of its own work before giving up.
+DEFER_RETRIES = 1000
+
 # The longest gap between two task-progress events of one run.
 PROGRESS_INTERVAL = 1.0
 
@@ -318,7 +321,9 @@ class GafferTask(Task):  # type: ignore[misc]
                 time.sleep(0.25)
 
     def _retry_later(self, database: Database) -> Any:
-        return self.retry(countdown=database.settings.lease_ttl, max_retries=None)
+        # Not max_retries=None: Celery reads that as "the task's default" (3). The live
+        # holder finishes or its lease expires within a TTL, so this ends.
+        return self.retry(countdown=database.settings.lease_ttl, max_retries=DEFER_RETRIES)
 
     def _default_deadline(self) -> float | None:
         soft = None
