@@ -238,6 +238,25 @@ class Workload:
             faults=faults,
         )
 
+    def quiesce(self, timeout: float = 90.0) -> None:
+        """Pause every schedule, then wait until no run is ``running``.
+
+        Beat stays up meanwhile: it is what marks the runs of killed workers ``lost``.
+        """
+        store = ScheduleStore(self.app)
+        for stored in store.list():
+            store.pause(stored.name)
+        database = database_for(self.app)
+        runs = database.models.JobRun
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with database.read() as conn:
+                if not conn.execute(
+                    select(runs.id).where(runs.state == "running").limit(1)
+                ).first():
+                    return
+            time.sleep(1)
+
     def drained(self, until: datetime) -> bool:
         try:
             return self._drained(until)
@@ -253,10 +272,7 @@ class Workload:
                 text("SELECT COUNT(*) FROM chaos_items WHERE handled = 0")
             ).scalar_one():
                 return False
-        database = database_for(self.app)
-        runs = database.models.JobRun
-        with database.read() as conn:
-            return not conn.execute(select(runs.id).where(runs.state == "running").limit(1)).first()
+        return True
 
 
 def _stub(*args: Any, **kwargs: Any) -> None:
@@ -299,6 +315,7 @@ def run(
         while time.monotonic() < drain_deadline and not workload.drained(until):
             time.sleep(2)
         dispose_engines()  # connections from before the last PostgreSQL restart
+        workload.quiesce()
         report = workload.check(until, injected)
     finally:
         workload.stop()
