@@ -197,27 +197,7 @@ def claim_pending(
     between commit and publish (or between publish and marking them sent).
     """
     f = models.Fire
-    stmt = (
-        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
-        .where(f.state == "pending", f.publish_after <= now)
-        .order_by(f.publish_after)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
-    # publish_count in the returned fires is the number of the attempt about to be made.
-    claimed = [
-        Fire(
-            row.id,
-            row.schedule,
-            row.nominal_at,
-            row.key,
-            row.task_id,
-            row.kind,
-            row.publish_count + 1,
-        )
-        for row in conn.execute(stmt)
-    ]
+    claimed = _lock_due_fires(conn, models, "pending", now, limit)
     if claimed:
         table = table_of(f)
         for start in range(0, len(claimed), CHUNK):
@@ -231,6 +211,36 @@ def claim_pending(
                 )
             )
     return claimed
+
+
+def _lock_due_fires(
+    conn: Connection, models: Models, state: str, now: datetime, limit: int
+) -> list[Fire]:
+    """Lock fires in ``state`` whose ``publish_after`` has passed (other Beats skip them).
+
+    ``publish_count`` of the returned fires is the number of the send about to be made.
+    """
+    f = models.Fire
+    stmt = (
+        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
+        .where(f.state == state, f.publish_after <= now)
+        .order_by(f.publish_after)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    return [
+        Fire(
+            row.id,
+            row.schedule,
+            row.nominal_at,
+            row.key,
+            row.task_id,
+            row.kind,
+            row.publish_count + 1,
+        )
+        for row in conn.execute(stmt)
+    ]
 
 
 def mark_sent(
@@ -275,26 +285,7 @@ def claim_unconfirmed(
     ``late`` alert.
     """
     f, runs = models.Fire, table_of(models.JobRun)
-    stmt = (
-        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
-        .where(f.state == "sent", f.publish_after <= now)
-        .order_by(f.publish_after)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
-    due = [
-        Fire(
-            row.id,
-            row.schedule,
-            row.nominal_at,
-            row.key,
-            row.task_id,
-            row.kind,
-            row.publish_count + 1,
-        )
-        for row in conn.execute(stmt)
-    ]
+    due = _lock_due_fires(conn, models, "sent", now, limit)
     if not due:
         return [], 0, []
     seen = set(
