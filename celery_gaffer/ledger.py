@@ -288,9 +288,12 @@ def claim_unconfirmed(
     due = _lock_due_fires(conn, models, "sent", now, limit)
     if not due:
         return [], 0, []
+    # A run that was lost (its worker killed) does not count: its message may be gone too.
     seen = set(
         conn.execute(
-            select(runs.c.task_id).where(runs.c.task_id.in_([fire.task_id for fire in due]))
+            select(runs.c.task_id).where(
+                runs.c.task_id.in_([fire.task_id for fire in due]), runs.c.state != "lost"
+            )
         ).scalars()
     )
     delivered = [fire.id for fire in due if fire.task_id in seen]

@@ -78,7 +78,7 @@ def mark_lost(conn: Connection, models: Models, stale_after: float) -> list[tupl
     """Mark ``running`` rows whose heartbeat stopped ``stale_after`` seconds ago ``lost``."""
     table = table_of(models.JobRun)
     stale = conn.execute(
-        select(table.c.id, table.c.schedule)
+        select(table.c.id, table.c.schedule, table.c.task_id)
         .where(table.c.state == "running", table.c.updated_at < db_now(-stale_after))
         .limit(1000)
     ).all()
@@ -98,6 +98,14 @@ def mark_lost(conn: Connection, models: Models, stale_after: float) -> list[tupl
     for row in stale:
         if row.schedule:
             update_schedule_facts(conn, models, row.schedule, "lost", None)
+    # With delivery confirmation on, a fire whose run was lost is checked again: if its
+    # message went down with the worker and the broker, it is published again.
+    fires = table_of(models.Fire)
+    conn.execute(
+        update(fires)
+        .where(fires.c.task_id.in_([row.task_id for row in stale]), fires.c.state == "delivered")
+        .values(state="sent", publish_after=db_now())
+    )
     return [(str(row.id), row.schedule) for row in stale]
 
 

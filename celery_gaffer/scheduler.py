@@ -107,9 +107,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         except (DBAPIError, DatabaseUnavailable) as exc:
             self._failed_ticks += 1
             logger.error(
-                "tick failed (%s): %s; retrying",
+                "tick failed (%s): %s: %s; retrying",
                 self.database.settings.masked_url,
                 type(exc).__name__,
+                str(getattr(exc, "orig", exc)).splitlines()[0][:300],
                 extra={"action": "tick_failed"},
             )
             return float(min(self.max_interval, 0.5 * 2 ** min(self._failed_ticks, 4)))

@@ -93,7 +93,7 @@ class FireRow:
     key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     task_id: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(10), default="scheduled")
-    state: Mapped[str] = mapped_column(String(10), default="pending")
+    state: Mapped[str] = mapped_column(String(12), default="pending")
     publish_after: Mapped[datetime] = mapped_column(UTCDateTime)
     publish_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -381,3 +381,24 @@ def test_delivery_confirmation_republishes_a_fire_the_broker_lost(
     assert sent_keys(redis_url) == [key]
     assert ledger(app) == [(key, "delivered", 2)]
     forget_settings(app)
+
+
+def test_a_fire_never_started_after_every_send_is_marked_unconfirmed(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    from celery_gaffer.scheduler import MAX_PUBLISHES
+    from celery_gaffer.settings import forget_settings
+
+    app.conf.gaffer_confirm_delivery_after = 20
+    forget_settings(app)
+    ScheduleStore(app, clock=clock).add("u", "t.noop", every(3600))
+    scheduler = make_scheduler(app, clock)
+    clock.advance(3600)
+    scheduler.tick()
+    for _ in range(MAX_PUBLISHES + 1):
+        clock.advance(21)
+        scheduler.tick()
+    [(key, state, count)] = ledger(app)
+    assert (state, count) == ("unconfirmed", MAX_PUBLISHES)
+    assert sent_keys(redis_url) == [key] * MAX_PUBLISHES
+    forget_settings(app)

@@ -66,7 +66,7 @@ def upgrade() -> None:
         sa.Column("key", sa.String(512), nullable=False),
         sa.Column("task_id", sa.String(64), nullable=False),
         sa.Column("kind", sa.String(10), nullable=False),
-        sa.Column("state", sa.String(10), nullable=False),
+        sa.Column("state", sa.String(12), nullable=False),
         sa.Column("publish_after", UTCDateTime(), nullable=False),
         sa.Column("publish_count", sa.Integer(), nullable=False),
         sa.Column("created_at", UTCDateTime(), nullable=False),
