@@ -15,7 +15,8 @@ from sqlalchemy.engine import URL
 from .project import NO_FENCE_CHECK
 from .run import FAULTS, fresh_database, run
 
-pytestmark = pytest.mark.acceptance
+# Faults, then up to 4 minutes of draining: more than pytest-timeout's default 600 s.
+pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(1500)]
 
 SHORT_SECONDS = float(os.environ.get("GAFFER_CHAOS_SECONDS", "180"))
 
