@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format typecheck check clean demo docs chaos
+.PHONY: install test test-fast lint format typecheck check clean demo docs chaos chaos-short
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ demo: $(STAMP)
 ## The documentation, built the way CI builds it (warnings are errors).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+## The chaos suite's short form (3 minutes of faults) and its checker's self-test.
+chaos-short: $(STAMP)
+	$(BIN)/python -m pytest tests/chaos -m chaos -s $(PYTEST_ARGS)
 
 ## The chaos suite's long form: 30 minutes of faults on this machine's PostgreSQL and Redis.
 chaos: $(STAMP)

@@ -130,6 +130,9 @@ class Workload:
             self.created[stored.name] = stored.watermark_at
         if fenced:
             store.add("chaos-fenced", "chaos.fenced", every(1), gaffer={"catchup": "latest"})
+        # Scheduled, like a real batch job: a fire whose message a Redis restart lost is
+        # followed by the next one, which resumes from the shared cursor.
+        store.add("chaos-batch", "chaos.batch", every(10), args=["scheduled"])
 
     def start_beat(self) -> None:
         n = next(self._serial)
@@ -162,7 +165,6 @@ class Workload:
             process.wait_for_log(
                 "beat: Starting..." if "beat" in process.log_path.name else "ready.", 90
             )
-        self.app.send_task("chaos.batch", args=["once"])
 
     def stop(self) -> None:
         for process in self.beats + self.workers:
