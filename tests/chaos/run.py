@@ -304,9 +304,13 @@ def run(
         workload.setup(schedules=schedules, items=items)
         workload.start()
         deadline = time.monotonic() + seconds
+        bag: list[str] = []
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(2.0, 6.0))
-            fault = rng.choice(faults)
+            if not bag:  # every kind once per round, in a seeded random order
+                bag = list(faults)
+                rng.shuffle(bag)
+            fault = bag.pop()
             workload.inject(fault, rng)
             injected[fault] += 1
         services.ensure_running()
