@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Text, bindparam, func, select, type_coerce, update
+from sqlalchemy import Connection, Text, bindparam, func, select, type_coerce, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .keys import fire_key, fire_task_id
+from .store.bulk import matches, on_postgresql, unnest, unnest_select
 from .store.models import Models, table_of
 
 # Rows per statement when a list of ids or parameters is sent to the database.
@@ -65,6 +66,8 @@ class NewFire:
     state: str
     publish_after: datetime
     publish_count: int
+    #: ``fire_key(schedule, nominal_at)``, when the caller has it already.
+    key: str | None = None
 
 
 def decode_json(value: Any) -> Any:
@@ -110,11 +113,35 @@ def claim_due_schedules(
 def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[str, Any]]) -> None:
     """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once.
 
-    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error"}``.
+    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error"}``. On PostgreSQL
+    one ``UPDATE ... FROM unnest(...)`` per chunk; elsewhere one executemany.
     """
     if not changes:
         return
     table = table_of(models.Schedule)
+    if on_postgresql(conn):
+        source = unnest(_ADVANCE_COLUMNS)
+        stmt = (
+            update(table)
+            .where(table.c.id == source.c.id)
+            .values(
+                watermark_at=source.c.watermark_at,
+                next_fire_at=source.c.next_fire_at,
+                error=source.c.error,
+            )
+        )
+        for start in range(0, len(changes), CHUNK):
+            part = changes[start : start + CHUNK]
+            conn.execute(
+                stmt,
+                {
+                    "b_id": [c["b_id"] for c in part],
+                    "b_watermark_at": [c["watermark_at"] for c in part],
+                    "b_next_fire_at": [c["next_fire_at"] for c in part],
+                    "b_error": [c["error"] for c in part],
+                },
+            )
+        return
     stmt = (
         update(table)
         .where(table.c.id == bindparam("b_id"))
@@ -128,10 +155,29 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
         conn.execute(stmt, list(changes[start : start + CHUNK]))
 
 
+_ADVANCE_COLUMNS = (
+    ("id", "bigint"),
+    ("watermark_at", "datetime"),
+    ("next_fire_at", "datetime"),
+    ("error", "text"),
+)
+_FIRE_COLUMNS = (
+    ("schedule", "str"),
+    ("nominal_at", "datetime"),
+    ("key", "str"),
+    ("task_id", "str"),
+    ("kind", "str"),
+    ("state", "str"),
+    ("publish_after", "datetime"),
+    ("publish_count", "int"),
+    ("created_at", "datetime"),
+)
+
+
 def insert_fires(
     conn: Connection, models: Models, fires: Sequence[NewFire], now: datetime
 ) -> list[Fire]:
-    """Insert fires; return those this call inserted (a conflicting fire is not returned).
+    """Insert fires; return the pending ones this call inserted (not a conflicting fire).
 
     The unique ``(schedule, nominal_at)`` constraint is what makes a double tick, or two
     Beats, harmless: the second insert of a fire does nothing and publishes nothing.
@@ -139,9 +185,9 @@ def insert_fires(
     if not fires:
         return []
     table = table_of(models.Fire)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for fire in fires:
-        key = fire_key(fire.schedule, fire.nominal_at)
+        key = fire.key or fire_key(fire.schedule, fire.nominal_at)
         rows.append(
             {
                 "schedule": fire.schedule,
@@ -155,34 +201,36 @@ def insert_fires(
                 "created_at": now,
             }
         )
-    stmt = (
-        _insert(conn, table)
-        .on_conflict_do_nothing()
-        .returning(
-            table.c.id,
-            table.c.schedule,
-            table.c.nominal_at,
-            table.c.key,
-            table.c.task_id,
-            table.c.kind,
-            table.c.state,
-            table.c.publish_count,
-        )
-    )
+    returning = (table.c.id, table.c.schedule, table.c.nominal_at)
     inserted: list[Fire] = []
+    by_fire = {(row["schedule"], row["nominal_at"]): row for row in rows}
     for start in range(0, len(rows), CHUNK):
-        result = conn.execute(stmt, rows[start : start + CHUNK])
-        for row in result:
-            if row.state == "pending":
+        part = rows[start : start + CHUNK]
+        if on_postgresql(conn):
+            names = [name for name, _ in _FIRE_COLUMNS]
+            stmt = (
+                postgresql.insert(table)
+                .from_select(names, unnest_select(_FIRE_COLUMNS))
+                .on_conflict_do_nothing()
+                .returning(*returning)
+            )
+            arrays = {"b_" + name: [row[name] for row in part] for name in names}
+            result = conn.execute(stmt, arrays)
+        else:
+            stmt = sqlite.insert(table).on_conflict_do_nothing().returning(*returning)
+            result = conn.execute(stmt, part)
+        for fire_id, schedule, nominal_at in result:
+            row = by_fire[(schedule, nominal_at)]
+            if row["state"] == "pending":
                 inserted.append(
                     Fire(
-                        row.id,
-                        row.schedule,
-                        row.nominal_at,
-                        row.key,
-                        row.task_id,
-                        row.kind,
-                        row.publish_count,
+                        fire_id,
+                        schedule,
+                        row["nominal_at"],
+                        row["key"],
+                        row["task_id"],
+                        row["kind"],
+                        row["publish_count"],
                     )
                 )
     return inserted
@@ -204,7 +252,7 @@ def claim_pending(
             ids = [fire.id for fire in claimed[start : start + CHUNK]]
             conn.execute(
                 update(table)
-                .where(table.c.id.in_(ids))
+                .where(matches(conn, table.c.id, ids, "bigint"))
                 .values(
                     publish_after=now + timedelta(seconds=republish_after),
                     publish_count=table.c.publish_count + 1,
@@ -263,7 +311,10 @@ def mark_sent(
     for start in range(0, len(id_list), CHUNK):
         conn.execute(
             update(table)
-            .where(table.c.id.in_(id_list[start : start + CHUNK]), table.c.state == "pending")
+            .where(
+                matches(conn, table.c.id, id_list[start : start + CHUNK], "bigint"),
+                table.c.state == "pending",
+            )
             .values(**values)
         )
 
@@ -292,7 +343,8 @@ def claim_unconfirmed(
     seen = set(
         conn.execute(
             select(runs.c.task_id).where(
-                runs.c.task_id.in_([fire.task_id for fire in due]), runs.c.state != "lost"
+                matches(conn, runs.c.task_id, [fire.task_id for fire in due], "str"),
+                runs.c.state != "lost",
             )
         ).scalars()
     )
@@ -305,17 +357,21 @@ def claim_unconfirmed(
     ]
     table = table_of(f)
     if delivered:
-        conn.execute(update(table).where(table.c.id.in_(delivered)).values(state="delivered"))
+        conn.execute(
+            update(table)
+            .where(matches(conn, table.c.id, delivered, "bigint"))
+            .values(state="delivered")
+        )
     if given_up:
         conn.execute(
             update(table)
-            .where(table.c.id.in_([fire.id for fire in given_up]))
+            .where(matches(conn, table.c.id, [fire.id for fire in given_up], "bigint"))
             .values(state="unconfirmed")
         )
     if again:
         conn.execute(
             update(table)
-            .where(table.c.id.in_([fire.id for fire in again]))
+            .where(matches(conn, table.c.id, [fire.id for fire in again], "bigint"))
             .values(
                 publish_after=now + timedelta(seconds=confirm_after),
                 publish_count=table.c.publish_count + 1,
@@ -329,7 +385,11 @@ def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None
     table = table_of(models.Fire)
     id_list = list(ids)
     if id_list:
-        conn.execute(update(table).where(table.c.id.in_(id_list)).values(state="cancelled"))
+        conn.execute(
+            update(table)
+            .where(matches(conn, table.c.id, id_list, "bigint"))
+            .values(state="cancelled")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,12 +431,6 @@ def probe(conn: Connection, models: Models, *, confirm: bool) -> Probe:
     return Probe(row[0], row[1], row[2], row[3] if confirm else None)
 
 
-def _insert(conn: Connection, table: Any) -> Any:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    statement: Insert = dialect.insert(table)
-    return statement
-
-
 @dataclass(frozen=True, slots=True)
 class Payload:
     """What a fire of a schedule sends: the task, its arguments and Celery options."""
@@ -401,7 +455,7 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
             type_coerce(s.kwargs, Text),
             type_coerce(s.options, Text),
             s.overlap,
-        ).where(s.name.in_(wanted[start : start + CHUNK]))
+        ).where(matches(conn, s.name, wanted[start : start + CHUNK], "str"))
         for name, task, args, kwargs, options, overlap in conn.execute(stmt):
             try:
                 payloads[name] = Payload(

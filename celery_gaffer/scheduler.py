@@ -51,6 +51,8 @@ logger = logging.getLogger("celery_gaffer.scheduler")
 
 # Most times one fire is published when delivery confirmation finds it never started.
 MAX_PUBLISHES = 4
+# Parsed schedules and payloads kept between ticks (the due ones of a busy tick fit).
+PARSED_CACHE = 20_000
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
@@ -71,7 +73,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def __init__(self, app: Any, *args: Any, clock: Clock = utcnow, **kwargs: Any) -> None:
         self._clock = clock
         self.database: Database = database_for(app)
-        self._parsed: dict[tuple[int, str], Cron | Every] = {}
+        self._parsed: dict[tuple[Any, ...], tuple[Cron | Every, Payload]] = {}
         self._reported_errors: set[tuple[str, str]] = set()
         self.metrics: Metrics | None = None
         self._failed_ticks = 0
@@ -206,14 +208,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                     on_time=on_time,
                 )
                 for nominal in decision.send:
-                    send_at = schedule.send_at(fire_key(row.name, nominal), nominal)
+                    key = fire_key(row.name, nominal)
+                    send_at = schedule.send_at(key, nominal)
                     if send_at <= now:
                         new_fires.append(
-                            NewFire(row.name, nominal, "scheduled", "pending", republish_at, 1)
+                            NewFire(row.name, nominal, "scheduled", "pending", republish_at, 1, key)
                         )
                     else:
                         new_fires.append(
-                            NewFire(row.name, nominal, "scheduled", "pending", send_at, 0)
+                            NewFire(row.name, nominal, "scheduled", "pending", send_at, 0, key)
                         )
                 for nominal in decision.missed:
                     new_fires.append(NewFire(row.name, nominal, "scheduled", "missed", now, 0))
@@ -318,16 +321,33 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 self.metrics.observe_health(health)
 
     def _usable(self, row: DueSchedule) -> tuple[Cron | Every, Payload]:
-        """The parsed schedule and payload of a row, or an error saying why it is unusable."""
-        cache_key = (row.id, str(row.schedule))
-        schedule = self._parsed.get(cache_key)
-        if schedule is None:
-            schedule = schedule_from_dict(decode_json(row.schedule))
-            if len(self._parsed) >= 10_000:
-                self._parsed.clear()
-            self._parsed[cache_key] = schedule
+        """The parsed schedule and payload of a row, or an error saying why it is unusable.
+
+        Both are cached by the row's id and raw column values, so an edited row is
+        parsed again and an unchanged one is not.
+        """
         if row.task not in self.app.tasks:
             raise GafferError(f"task: {row.task!r} is not registered with this Beat's app")
+        cache_key = (
+            row.id,
+            str(row.schedule),
+            row.task,
+            str(row.args),
+            str(row.kwargs),
+            str(row.options),
+            row.overlap,
+        )
+        usable = self._parsed.get(cache_key)
+        if usable is None:
+            usable = self._parse(row)
+            if len(self._parsed) >= PARSED_CACHE:
+                self._parsed.clear()
+            self._parsed[cache_key] = usable
+        return usable
+
+    @staticmethod
+    def _parse(row: DueSchedule) -> tuple[Cron | Every, Payload]:
+        schedule = schedule_from_dict(decode_json(row.schedule))
         try:
             args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
         except ValueError as exc:

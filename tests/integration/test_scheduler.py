@@ -188,6 +188,49 @@ def test_a_committed_fire_whose_publish_failed_is_published_once_after_republish
     assert ledger(app) == [(key, "sent", 2)]
 
 
+def test_a_failed_publish_batch_leaves_its_fires_pending_and_they_are_republished_once(
+    app: Celery, clock: FrozenClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kombu.exceptions import BatchPublishError
+    from kombu.transport.redis import PublishBatch
+
+    from celery_gaffer.publisher import PUBLISH_BATCH
+
+    count = PUBLISH_BATCH + 20  # two broker batches: the first flushes, the second fails
+    ScheduleStore(app, clock=clock).add_many(
+        [{"name": f"s{i:04d}", "task": "t.noop", "schedule": every(3600)} for i in range(count)]
+    )
+    scheduler = make_scheduler(app, clock)
+    real_flush = PublishBatch.flush
+    flushes = []
+
+    def flaky_flush(self: PublishBatch) -> None:
+        flushes.append(self._buffered)
+        if len(flushes) == 2:
+            self.discard()
+            raise BatchPublishError("Redis publish batch failed; delivery is uncertain")
+        real_flush(self)
+
+    monkeypatch.setattr(PublishBatch, "flush", flaky_flush)
+    clock.advance(3600)
+    scheduler.tick()
+    assert flushes[:2] == [PUBLISH_BATCH, 20]
+    first = sent_keys(redis_url)
+    assert len(first) == PUBLISH_BATCH
+    states = Counter((state, n) for _key, state, n in ledger(app))
+    assert states == {("sent", 1): PUBLISH_BATCH, ("pending", 1): 20}
+
+    monkeypatch.setattr(PublishBatch, "flush", real_flush)
+    clock.advance(31)
+    scheduler.tick()
+    keys = sent_keys(redis_url)
+    assert len(keys) == count == len(set(keys))
+    assert Counter((state, n) for _key, state, n in ledger(app)) == {
+        ("sent", 1): PUBLISH_BATCH,
+        ("sent", 2): 20,
+    }
+
+
 def test_jitter_delays_the_send_but_not_the_nominal_time(
     app: Celery, clock: FrozenClock, redis_url: str
 ) -> None:

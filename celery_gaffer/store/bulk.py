@@ -1,0 +1,96 @@
+"""Statements over many rows with a constant number of bound parameters on PostgreSQL.
+
+A list of ids in ``IN (...)`` is one bound parameter per id, a new statement text for each
+list length, and work per element in SQLAlchemy and the driver. On PostgreSQL the same
+list is one array parameter instead (``= ANY(:ids)``), and many rows to write are one
+array per column read back with ``unnest``: the statement text is fixed (cached by
+SQLAlchemy, prepared by psycopg) and the driver sends each array in one piece. SQLite
+keeps the plain forms (its statements are in-process calls, and it has no arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    column,
+    func,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import QueryableAttribute
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.types import TypeEngine
+
+# Element types of the arrays: enough for every column the ledger writes in bulk.
+ELEMENT_TYPES: dict[str, TypeEngine[Any]] = {
+    "bigint": BigInteger(),
+    "int": Integer(),
+    "str": String(),
+    "text": Text(),
+    "float": Float(),
+    "datetime": DateTime(timezone=True),
+}
+
+
+def on_postgresql(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+def array_param(name: str, element: str) -> ColumnElement[Any]:
+    """``CAST(:name AS <element>[])``: one bound parameter holding a Python list."""
+    array_type = ARRAY(ELEMENT_TYPES[element])
+    return cast(bindparam(name, type_=array_type), array_type)
+
+
+def any_of(column_: ColumnElement[Any], name: str, element: str) -> ColumnElement[bool]:
+    """``column = ANY(CAST(:name AS <element>[]))`` (PostgreSQL only)."""
+    return column_ == any_(array_param(name, element))
+
+
+def matches(
+    conn: Connection,
+    column_: ColumnElement[Any] | QueryableAttribute[Any],
+    values: Sequence[Any],
+    element: str,
+) -> ColumnElement[bool]:
+    """``column`` is one of ``values``: an array on PostgreSQL, ``IN`` elsewhere.
+
+    On PostgreSQL the list is bound here (a literal bound parameter, not rendered
+    into the text), so the statement's text does not depend on how many values there are.
+    """
+    if on_postgresql(conn):
+        array_type = ARRAY(ELEMENT_TYPES[element])
+        return column_ == any_(cast(bindparam(None, list(values), type_=array_type), array_type))
+    return column_.in_(list(values))
+
+
+def unnest(columns: Sequence[tuple[str, str]], prefix: str = "b_") -> TableValuedAlias:
+    """``unnest(:b_a, :b_b, ...) AS v(a, b, ...)``: one row per list index.
+
+    ``columns`` is ``(name, element type)`` pairs; the parameters are ``prefix + name``.
+    """
+    return (
+        func.unnest(*(array_param(prefix + name, element) for name, element in columns))
+        .table_valued(*(column(name, ELEMENT_TYPES[element]) for name, element in columns))
+        .render_derived(name="v")
+    )
+
+
+def unnest_select(columns: Sequence[tuple[str, str]], prefix: str = "b_") -> Select[Any]:
+    """``SELECT v.a, v.b, ... FROM unnest(...) AS v(a, b, ...)``."""
+    source = unnest(columns, prefix)
+    return select(*(source.c[name] for name, _ in columns))
