@@ -19,8 +19,8 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from .exceptions import FenceLost, GafferError
-from .idempotency import CLAIMED, COMPLETED, claim_key
-from .leases import Lease, LeaseClient, Renewer, check_fence
+from .idempotency import CLAIMED, COMPLETED, claim_key, fenced_claim_key
+from .leases import Lease, LeaseClient, check_fence, renewer
 from .store import Database
 
 RUN_INFO = "gaffer_run"
@@ -43,7 +43,6 @@ class RunContext:
     leases: list[Lease] = field(default_factory=list)
     outcome: str | None = None
     last_fence: int | None = None
-    _renewer: Renewer | None = field(default=None, repr=False)
 
     @property
     def fence(self) -> int | None:
@@ -55,14 +54,11 @@ class RunContext:
         lease = client.acquire(name, self.owner, ttl, steal=steal)
         self.leases.append(lease)
         self.last_fence = lease.fence
-        if self._renewer is None:
-            self._renewer = Renewer(client)
-        self._renewer.add(lease)
+        renewer().add(lease)
         return lease
 
     def release(self, lease: Lease) -> None:
-        if self._renewer is not None:
-            self._renewer.discard(lease)
+        renewer().discard(lease)
         if lease in self.leases:
             self.leases.remove(lease)
         if not lease.lost:
@@ -74,9 +70,9 @@ class RunContext:
             try:
                 self.release(lease)
             except Exception:  # noqa: BLE001 - an expired lease frees itself anyway
-                self.leases.remove(lease)
-        if self._renewer is not None:
-            self._renewer.stop()
+                renewer().discard(lease)
+                if lease in self.leases:
+                    self.leases.remove(lease)
 
     def seal(self, conn: Connection, claim: str | None) -> bool:
         """Fence-check every held lease and claim the key, in ``conn``'s transaction.
@@ -87,12 +83,32 @@ class RunContext:
         for lease in self.leases:
             if lease.lost:
                 raise FenceLost(f"lease {lease.name!r}: renewal failed; the lease was taken over")
+        claiming = not (
+            self.key is None
+            or claim is None
+            or self.key_state == COMPLETED
+            or (claim == "claim" and self.key_state == CLAIMED)
+        )
+        complete = claim == "complete"
+        if claiming and self.key is not None and conn.dialect.name == "postgresql" and self.leases:
+            # The last fence check and the claim in one round trip.
+            *others, last = self.leases
+            for lease in others:
+                check_fence(conn, models, lease.name, lease.fence)
+            fenced_claim_key(
+                conn,
+                models,
+                (last.name, last.fence),
+                self.key,
+                self.task_id,
+                complete=complete,
+            )
+            return True
+        for lease in self.leases:
             check_fence(conn, models, lease.name, lease.fence)
-        if self.key is None or claim is None or self.key_state == COMPLETED:
+        if not claiming or self.key is None:
             return False
-        if claim == "claim" and self.key_state == CLAIMED:
-            return False
-        claim_key(conn, models, self.key, self.task_id, self.fence, complete=claim == "complete")
+        claim_key(conn, models, self.key, self.task_id, self.fence, complete=complete)
         return True
 
 

@@ -8,10 +8,12 @@ second waits on the first's uncommitted row, then finds it completed.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, select
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, cast, exists, func, literal, null, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .exceptions import AlreadyProcessed
+from .exceptions import AlreadyProcessed, FenceLost
 from .store.dbclock import db_now
 from .store.models import Models, table_of
 
@@ -34,18 +36,76 @@ def claim_key(
     A key claimed by an earlier run that died is taken over (that run's work is resumed
     under a newer fence); a completed key is never claimed again.
     """
+    if conn.execute(_claim(conn, models, key, task_id, fence, complete=complete)).first() is None:
+        raise AlreadyProcessed(f"key {key!r} was already completed by another run")
+
+
+def fenced_claim_key(
+    conn: Connection,
+    models: Models,
+    lease: tuple[str, int],
+    key: str,
+    task_id: str,
+    *,
+    complete: bool,
+) -> None:
+    """:func:`check_fence` of ``lease`` then :func:`claim_key`, in one statement (PostgreSQL).
+
+    The claim reads the locked lease row first (``INSERT ... SELECT ... WHERE EXISTS``),
+    so the row locks are taken in the same order as the two statements would take them:
+    lease row, then key row. Raises FenceLost, or AlreadyProcessed.
+    """
+    name, fence = lease
+    leases = table_of(models.Lease)
+    locked = (
+        select(leases.c.fence)
+        .where(leases.c.name == name, leases.c.fence == fence)
+        .with_for_update()
+        .cte("gaffer_fence")
+    )
+    claim = _claim(
+        conn, models, key, task_id, fence, complete=complete, when=exists(select(locked.c.fence))
+    ).cte("gaffer_claim")
+    fenced, claimed = conn.execute(
+        select(
+            select(func.count()).select_from(locked).scalar_subquery(),
+            select(func.count()).select_from(claim).scalar_subquery(),
+        )
+    ).one()
+    if not fenced:
+        raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
+    if not claimed:
+        raise AlreadyProcessed(f"key {key!r} was already completed by another run")
+
+
+def _claim(
+    conn: Connection,
+    models: Models,
+    key: str,
+    task_id: str,
+    fence: int | None,
+    *,
+    complete: bool,
+    when: ColumnElement[bool] | None = None,
+) -> Any:
+    """The claim upsert, returning the key when it claimed; only ``when`` holds, if given."""
     table = table_of(models.IdempotencyKey)
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     state = COMPLETED if complete else CLAIMED
-    statement = dialect.insert(table).values(
-        key=key,
-        state=state,
-        task_id=task_id,
-        fence=fence,
-        claimed_at=db_now(),
-        completed_at=db_now() if complete else None,
-    )
-    upsert = statement.on_conflict_do_update(
+    values = {
+        "key": literal(key, table.c.key.type),
+        "state": literal(state, table.c.state.type),
+        "task_id": literal(task_id, table.c.task_id.type),
+        "fence": literal(fence, table.c.fence.type),
+        "claimed_at": db_now(),
+        "completed_at": db_now() if complete else cast(null(), table.c.completed_at.type),
+    }
+    if when is None:
+        statement = dialect.insert(table).values(**values)
+    else:
+        source = select(*(value.label(name) for name, value in values.items())).where(when)
+        statement = dialect.insert(table).from_select(list(values), source)
+    return statement.on_conflict_do_update(
         index_elements=[table.c.key],
         set_={
             "state": statement.excluded.state,
@@ -55,5 +115,3 @@ def claim_key(
         },
         where=table.c.state == CLAIMED,
     ).returning(table.c.key)
-    if conn.execute(upsert).first() is None:
-        raise AlreadyProcessed(f"key {key!r} was already completed by another run")

@@ -12,11 +12,13 @@ each operation in its own short transaction.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
@@ -27,9 +29,6 @@ from .store.models import Models, table_of
 
 logger = logging.getLogger("celery_gaffer.leases")
 
-# How long a lease statement waits for a row lock on PostgreSQL before giving up: a
-# holder paused inside its own transaction delays a contender briefly, never for ever.
-LOCK_TIMEOUT_MS = 2000
 _RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -96,11 +95,6 @@ def check_fence(conn: Connection, models: Models, name: str, fence: int) -> None
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
 
 
-def set_lock_timeout(conn: Connection) -> None:
-    if conn.dialect.name == "postgresql":
-        conn.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
-
-
 @dataclass(eq=False)
 class Lease:
     """A lease held by this process: ``fence`` fences every write made under it."""
@@ -120,7 +114,11 @@ class Lease:
 
 
 class LeaseClient:
-    """Lease operations, each in its own short transaction."""
+    """Lease operations, each one statement in its own transaction (one round trip).
+
+    Their connections come from :meth:`Database.leases`: on PostgreSQL a row-lock wait
+    ends with a lock timeout (the holder is inside a transaction on the row right now).
+    """
 
     def __init__(self, database: Database) -> None:
         self.database = database
@@ -128,8 +126,7 @@ class LeaseClient:
     def acquire(self, name: str, owner: str, ttl: float, *, steal: bool = False) -> Lease:
         """Acquire ``name`` or raise :class:`LeaseHeld`."""
         try:
-            with self.database.begin() as conn:
-                set_lock_timeout(conn)
+            with self.database.leases() as conn:
                 fence = acquire(conn, self.database.models, name, owner, ttl, steal=steal)
         except OperationalError as exc:
             # A lock timeout: the holder is inside a transaction on that row right now.
@@ -151,8 +148,7 @@ class LeaseClient:
 
     def renew(self, lease: Lease) -> bool:
         try:
-            with self.database.begin() as conn:
-                set_lock_timeout(conn)
+            with self.database.leases() as conn:
                 ok = renew(conn, self.database.models, lease.name, lease.fence, lease.ttl)
         except OperationalError as exc:
             if _is_lock_timeout(exc):
@@ -163,8 +159,7 @@ class LeaseClient:
         return ok
 
     def release(self, lease: Lease) -> None:
-        with self.database.begin() as conn:
-            set_lock_timeout(conn)
+        with self.database.leases() as conn:
             release(conn, self.database.models, lease.name, lease.fence)
 
 
@@ -174,17 +169,18 @@ def _is_lock_timeout(exc: OperationalError) -> bool:
 
 
 class Renewer:
-    """Renews a set of leases at a third of their TTL in a daemon thread.
+    """Renews leases at a third of their TTL in one daemon thread per process.
 
     A lease whose renewal finds its fence stale is marked ``lost``; the run then stops
-    at its next check or commit with :class:`FenceLost`.
+    at its next check or commit with :class:`FenceLost`. Shared by every run of the
+    process (:func:`renewer`), so that a run does not start and join a thread.
     """
 
-    def __init__(self, client: LeaseClient) -> None:
-        self.client = client
+    def __init__(self) -> None:
         self._leases: list[Lease] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._stopped = False
         self._thread: threading.Thread | None = None
 
     def add(self, lease: Lease) -> None:
@@ -195,6 +191,7 @@ class Renewer:
                     target=self._run, name="gaffer-lease-renewer", daemon=True
                 )
                 self._thread.start()
+        self._wake.set()  # a shorter TTL than the current wait may have arrived
 
     def discard(self, lease: Lease) -> None:
         with self._lock:
@@ -202,25 +199,49 @@ class Renewer:
                 self._leases.remove(lease)
 
     def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
+        """End the thread (tests; a process's renewer otherwise lives as long as it)."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 
     def _run(self) -> None:
+        due: dict[Lease, float] = {}  # lease -> monotonic time of its next renewal
         while True:
+            self._wake.clear()  # before the snapshot: a lease added after it wakes the wait
             with self._lock:
+                if self._stopped:
+                    return
                 leases = list(self._leases)
-            interval = min((lease.ttl for lease in leases), default=1.0) / 3
-            if self._stop.wait(interval):
-                return
+            now = time.monotonic()
+            due = {lease: due.get(lease, now + lease.ttl / 3) for lease in leases}
             for lease in leases:
-                if lease.lost:
+                if lease.lost or due[lease] > now:
                     continue
+                due[lease] = now + lease.ttl / 3
                 try:
-                    self.client.renew(lease)
+                    lease.client.renew(lease)
                 except Exception:  # noqa: BLE001 - a failed renewal must not kill the thread
                     _note_renewal_error(lease)
+            live = [when for lease, when in due.items() if not lease.lost]
+            wait = min(live, default=now + 60.0) - time.monotonic()
+            self._wake.wait(max(0.0, wait))
+
+
+_renewers: dict[int, Renewer] = {}
+_renewers_lock = threading.Lock()
+
+
+def renewer() -> Renewer:
+    """This process's renewer (a forked child gets its own, and its own thread)."""
+    pid = os.getpid()
+    with _renewers_lock:
+        current = _renewers.get(pid)
+        if current is None:
+            current = _renewers[pid] = Renewer()
+        return current
 
 
 def _note_renewal_error(lease: Lease) -> None:

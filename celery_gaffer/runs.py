@@ -31,6 +31,8 @@ FAILURE_STATES = ("failed", "lost")
 _ROW = "gaffer_run_row"
 _STARTED = "gaffer_run_started"
 _ERROR = "gaffer_run_error"
+#: Request attribute: ``(key, state)`` of a GafferTask run's key, read at task_prerun.
+KEY_STATE = "gaffer_prerun_key_state"
 
 
 def connect(app: Any) -> None:
@@ -167,6 +169,18 @@ def heartbeat_for(app: Any) -> Heartbeat:
         return beat
 
 
+def _run_key(task: Any, args: Any, kwargs: Any) -> str | None:
+    """The idempotency key of a GafferTask run (None: no key, or not computable here)."""
+    run_key = getattr(task, "_run_key", None)
+    if run_key is None or args is None or kwargs is None:
+        return None
+    try:
+        key: str | None = run_key(tuple(args), dict(kwargs))
+    except Exception:  # noqa: BLE001 - the run itself reports a bad key, with its field
+        return None
+    return key
+
+
 class Recorder:
     """The receivers of one app."""
 
@@ -185,7 +199,13 @@ class Recorder:
         return isinstance(task, GafferTask) or bool(getattr(task.request, "gaffer_schedule", None))
 
     def prerun(
-        self, sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        task: Any = None,
+        args: Any = None,
+        kwargs: Any = None,
+        **_: Any,
     ) -> None:
         task = task or sender
         if task_id is None or not self._mine(task):
@@ -195,15 +215,23 @@ class Recorder:
         setattr(request, _STARTED, now)
         try:
             database = self.database
-            table = table_of(database.models.JobRun)
+            models = database.models
+            table = table_of(models.JobRun)
             previous = (
                 select(func.count() + 1)
                 .select_from(table)
                 .where(table.c.task_id == task_id)
                 .scalar_subquery()
             )
+            # A GafferTask's key state comes back with the row id: the run needs it
+            # first thing, and this saves it a round trip.
+            key = _run_key(task, args, kwargs)
+            returning: list[Any] = [table.c.id]
+            if key is not None:
+                keys = table_of(models.IdempotencyKey)
+                returning.append(select(keys.c.state).where(keys.c.key == key).scalar_subquery())
             with database.autocommit(relaxed=True) as conn:
-                row_id = conn.execute(
+                row = conn.execute(
                     insert(table)
                     .values(
                         task_id=task_id,
@@ -217,8 +245,11 @@ class Recorder:
                         worker=request.hostname,
                         updated_at=db_now(),
                     )
-                    .returning(table.c.id)
-                ).scalar_one()
+                    .returning(*returning)
+                ).one()
+            row_id = row[0]
+            if key is not None:
+                setattr(request, KEY_STATE, (key, row[1]))
             setattr(request, _ROW, row_id)
             heartbeat_for(self.app).add(row_id)
         except Exception:

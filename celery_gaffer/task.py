@@ -42,6 +42,7 @@ from .exceptions import (
 from .fencing import RunContext, current_run, fenced_sessions, require_run, run_info
 from .idempotency import COMPLETED, key_state
 from .leases import Lease
+from .runs import KEY_STATE
 from .store import Database, database_for
 from .validation import OVERLAP_POLICIES, validate_key
 
@@ -87,18 +88,23 @@ class GafferTask(Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         database = self._database()
+        # The key and its state, read with the run record at task_prerun (if installed).
+        known: tuple[str, str | None] | None = getattr(request, KEY_STATE, None)
         task_id = request.id or str(uuid.uuid4())
         run = RunContext(
             database=database,
             task_id=task_id,
             owner=f"{request.hostname or socket.gethostname()}:{os.getpid()}:{task_id}",
-            key=self._run_key(args, kwargs),
+            key=known[0] if known is not None else self._run_key(args, kwargs),
         )
         token = current_run.set(run)
         try:
             if run.key is not None:
-                with database.autocommit() as conn:
-                    run.key_state = key_state(conn, database.models, run.key)
+                if known is not None:
+                    run.key_state = known[1]
+                else:
+                    with database.autocommit() as conn:
+                        run.key_state = key_state(conn, database.models, run.key)
                 if run.key_state == COMPLETED:
                     return self._end_without_work(run, "duplicate")
             overlap = self._overlap_lease()
@@ -150,8 +156,11 @@ class GafferTask(Task):  # type: ignore[misc]
         template = self.gaffer_key
         if template is None:
             return None
+        signature = self.__dict__.get("_gaffer_signature")
+        if signature is None:
+            signature = self.__dict__["_gaffer_signature"] = inspect.signature(self.run)
         try:
-            bound = inspect.signature(self.run).bind(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise InvalidInput(
                 f"gaffer_key: cannot bind arguments ({exc})", field="gaffer_key"

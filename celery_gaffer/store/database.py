@@ -73,6 +73,20 @@ class Database:
         ):
             yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
+    @contextmanager
+    def leases(self) -> Iterator[Connection]:
+        """An autocommit connection for lease statements (one statement, one transaction).
+
+        On PostgreSQL its row-lock waits end after ``LEASE_LOCK_TIMEOUT_MS`` with a lock
+        timeout error.
+        """
+        engine = get_engine(self.settings.database_url, leases=True)
+        with (
+            _unavailable_as_gaffer_error(self),
+            engine.connect() as connection,
+        ):
+            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
     def migrate(self) -> tuple[str | None, str]:
         """Apply the shipped migrations; returns the revision before and after."""
         with _unavailable_as_gaffer_error(self):

@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 # Milliseconds a SQLite writer waits for the write lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# How long a lease statement waits for a row lock on PostgreSQL before giving up.
+LEASE_LOCK_TIMEOUT_MS = 2000
 # Execution option: this transaction only reads, so SQLite may start it DEFERRED.
 READ_ONLY = "gaffer_read_only"
 
@@ -30,15 +32,21 @@ _engines: dict[str, Engine] = {}
 _owner_pid = os.getpid()
 
 
-def get_engine(url: URL, *, relaxed: bool = False) -> Engine:
+def get_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engine:
     """The engine for ``url`` in this process (created on first use, re-created after fork).
 
     ``relaxed``: a second engine for writes that are observability, not correctness (run
     records): on PostgreSQL its commits do not wait for the disk
     (``synchronous_commit=off``), which a crash can only cost the last records.
+
+    ``leases``: a third engine for lease statements, each its own transaction: on
+    PostgreSQL its sessions wait at most :data:`LEASE_LOCK_TIMEOUT_MS` for a row lock, so a
+    holder paused inside a transaction on a lease row delays a contender briefly, never
+    for ever (and no statement is spent setting that per transaction).
     """
     global _owner_pid
-    key = url.render_as_string(hide_password=False) + ("#relaxed" if relaxed else "")
+    key = url.render_as_string(hide_password=False)
+    key += "#relaxed" if relaxed else "#leases" if leases else ""
     with _lock:
         if os.getpid() != _owner_pid:
             # Inherited from the parent: drop our references without closing its sockets.
@@ -48,7 +56,7 @@ def get_engine(url: URL, *, relaxed: bool = False) -> Engine:
             _owner_pid = os.getpid()
         engine = _engines.get(key)
         if engine is None:
-            engine = _create_engine(url, relaxed=relaxed)
+            engine = _create_engine(url, relaxed=relaxed, leases=leases)
             _engines[key] = engine
         return engine
 
@@ -71,12 +79,14 @@ def read_only(connection: Connection) -> Connection:
     return connection.execution_options(**{READ_ONLY: True})
 
 
-def _create_engine(url: URL, *, relaxed: bool = False) -> Engine:
+def _create_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engine:
     if url.get_backend_name() == "sqlite":
         return _create_sqlite_engine(url)
     connect_args: dict[str, Any] = {"connect_timeout": 10, "application_name": "celery-gaffer"}
     if relaxed:
         connect_args["options"] = "-c synchronous_commit=off"
+    elif leases:
+        connect_args["options"] = f"-c lock_timeout={LEASE_LOCK_TIMEOUT_MS}"
     # No pre-ping (a round trip per checkout): a connection lost to a restart fails on
     # use, SQLAlchemy then discards the whole pool, and callers retry (Beat's next tick,
     # a GafferTask's database retry).

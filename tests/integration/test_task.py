@@ -5,17 +5,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 from celery import Celery
-from sqlalchemy import Integer, String, func, select, text
+from sqlalchemy import Integer, String, func, insert, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import celery_gaffer
 from celery_gaffer import FenceLost, GafferTask, LeaseHeld
 from celery_gaffer.leases import LeaseClient
 from celery_gaffer.store import database_for
+from celery_gaffer.store.models import table_of
 
 
 class Base(DeclarativeBase):
@@ -305,3 +307,93 @@ def test_renewal_failure_stops_the_run_at_its_next_commit(app: Celery) -> None:
     lost.apply()
     assert effects(app) == []
     assert run_states(app, "t.lost") == ["fence_lost"]
+
+
+def test_a_contender_gives_up_on_a_lease_row_locked_by_a_paused_commit(postgres_url: str) -> None:
+    """A holder stopped inside its fenced commit holds the lease row's lock: a contender
+    (even one stealing the lease) waits at most the lease lock timeout, then gets
+    LeaseHeld, instead of blocking for as long as the holder is stopped."""
+    from celery_gaffer.leases import check_fence
+    from celery_gaffer.store.engine import LEASE_LOCK_TIMEOUT_MS
+
+    app = Celery("lease-lock", broker="memory://", set_as_current=False)
+    app.conf.gaffer_database_url = postgres_url
+    database = database_for(app)
+    client = LeaseClient(database)
+    lease = client.acquire("locked", "holder", 30)
+    with database.begin() as conn:
+        check_fence(conn, database.models, "locked", lease.fence)  # the commit in flight
+        started = time.monotonic()
+        with pytest.raises(LeaseHeld, match="busy"):
+            client.acquire("locked", "contender", 30, steal=True)
+        waited = time.monotonic() - started
+    assert LEASE_LOCK_TIMEOUT_MS / 1000 * 0.9 <= waited < LEASE_LOCK_TIMEOUT_MS / 1000 + 5
+    # Once the holder's transaction ends the row is free again: the steal succeeds.
+    assert client.acquire("locked", "contender", 30, steal=True).fence == lease.fence + 1
+    app.close()
+
+
+def test_a_keyed_run_whose_lease_was_taken_cannot_commit_or_complete_its_key(
+    app: Celery,
+) -> None:
+    """The fence check and the key claim of one commit (one statement on PostgreSQL)."""
+    holding = threading.Event()
+    stolen = threading.Event()
+
+    @app.task(base=GafferTask, bind=True, gaffer_key="k:{n}", shared=False, name="t.kf")
+    def keyed(self: GafferTask, n: int) -> None:
+        with self.lease("keyed-lease", ttl=30) as lease:
+            holding.set()
+            stolen.wait(10)
+            with self.session() as s:
+                s.add(Effect(label=f"keyed {n}", fence=lease.fence))
+
+    worker = threading.Thread(target=lambda: keyed.apply((1,)))
+    worker.start()
+    assert holding.wait(10)
+    client = LeaseClient(database_for(app))
+    thief = client.acquire("keyed-lease", "thief", 30, steal=True)
+    stolen.set()
+    worker.join(30)
+    assert effects(app) == []
+    assert run_states(app, "t.kf") == ["fence_lost"]
+    database = database_for(app)
+    keys = database.models.IdempotencyKey
+    with database.read() as conn:
+        assert conn.execute(select(keys.key)).all() == []
+    client.release(thief)
+    keyed.apply((1,))  # a later delivery holds a fresh fence: its commit goes through
+    assert [label for label, _ in effects(app)] == ["keyed 1"]
+
+
+def test_a_key_completed_while_a_fenced_run_worked_makes_its_commit_a_duplicate(
+    app: Celery,
+) -> None:
+    working = threading.Event()
+    completed = threading.Event()
+
+    @app.task(base=GafferTask, bind=True, gaffer_key="k:{n}", shared=False, name="t.kc")
+    def keyed(self: GafferTask, n: int) -> None:
+        with self.lease(f"lease-{n}", ttl=30):
+            working.set()
+            completed.wait(10)
+            with self.session() as s:
+                s.add(Effect(label=f"late {n}"))
+
+    worker = threading.Thread(target=lambda: keyed.apply((2,)))
+    worker.start()
+    assert working.wait(10)
+    with database_for(app).begin() as conn:  # another delivery finished the same work
+        conn.execute(
+            insert(table_of(database_for(app).models.IdempotencyKey)).values(
+                key="k:2",
+                state="completed",
+                task_id="other",
+                claimed_at=datetime.now(timezone.utc),
+                completed_at=datetime.now(timezone.utc),
+            )
+        )
+    completed.set()
+    worker.join(30)
+    assert effects(app) == []
+    assert run_states(app, "t.kc") == ["duplicate"]
