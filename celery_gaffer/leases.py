@@ -70,14 +70,21 @@ def renew(conn: Connection, models: Models, name: str, fence: int, ttl: float) -
     return result.rowcount == 1
 
 
-def release(conn: Connection, models: Models, name: str, fence: int) -> None:
-    """Free the lease at once, if ``fence`` is still current (the fence itself is kept)."""
+def release(
+    conn: Connection, models: Models, name: str, fence: int, *, skip_locked: bool = False
+) -> bool:
+    """Free the lease at once, if ``fence`` is still current (the fence itself is kept).
+
+    ``skip_locked`` (PostgreSQL): do nothing rather than wait when another transaction
+    has the row locked right now. Returns whether a row was released.
+    """
     table = table_of(models.Lease)
-    conn.execute(
-        update(table)
-        .where(table.c.name == name, table.c.fence == fence)
-        .values(owner=None, lease_until=_RELEASED)
-    )
+    where = [table.c.name == name, table.c.fence == fence]
+    if skip_locked:
+        free = select(table.c.name).where(*where).with_for_update(skip_locked=True)
+        where.append(table.c.name.in_(free.scalar_subquery()))
+    result = conn.execute(update(table).where(*where).values(owner=None, lease_until=_RELEASED))
+    return result.rowcount == 1
 
 
 def check_fence(conn: Connection, models: Models, name: str, fence: int) -> None:
@@ -159,8 +166,16 @@ class LeaseClient:
         return ok
 
     def release(self, lease: Lease) -> None:
+        models = self.database.models
+        if self.database.dialect == "postgresql":
+            # A release only frees the lease before its TTL does: its commit need not wait
+            # for the disk (a crash can only cost the early release), and it skips a row
+            # another transaction has locked, falling back to the waiting form below.
+            with self.database.autocommit(relaxed=True) as conn:
+                if release(conn, models, lease.name, lease.fence, skip_locked=True):
+                    return
         with self.database.leases() as conn:
-            release(conn, self.database.models, lease.name, lease.fence)
+            release(conn, models, lease.name, lease.fence)
 
 
 def _is_lock_timeout(exc: OperationalError) -> bool:

@@ -52,7 +52,7 @@ logger = logging.getLogger("celery_gaffer.scheduler")
 # Most times one fire is published when delivery confirmation finds it never started.
 MAX_PUBLISHES = 4
 # Parsed schedules and payloads kept between ticks (the due ones of a busy tick fit).
-PARSED_CACHE = 20_000
+PARSED_CACHE = 2_000
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
