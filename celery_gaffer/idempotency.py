@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, cast, exists, func, literal, null, select
+from sqlalchemy import Connection, bindparam, cast, exists, func, literal, null, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .exceptions import AlreadyProcessed, FenceLost
 from .store.dbclock import db_now
 from .store.models import Models, table_of
+from .store.statements import prebuilt
 
 CLAIMED = "claimed"
 COMPLETED = "completed"
@@ -36,7 +37,9 @@ def claim_key(
     A key claimed by an earlier run that died is taken over (that run's work is resumed
     under a newer fence); a completed key is never claimed again.
     """
-    if conn.execute(_claim(conn, models, key, task_id, fence, complete=complete)).first() is None:
+    statement = _claim_statement(models, conn.dialect.name, complete=complete, fenced=False)
+    params = {"key": key, "task_id": task_id, "fence": fence}
+    if conn.execute(statement, params).first() is None:
         raise AlreadyProcessed(f"key {key!r} was already completed by another run")
 
 
@@ -56,62 +59,64 @@ def fenced_claim_key(
     lease row, then key row. Raises FenceLost, or AlreadyProcessed.
     """
     name, fence = lease
-    leases = table_of(models.Lease)
-    locked = (
-        select(leases.c.fence)
-        .where(leases.c.name == name, leases.c.fence == fence)
-        .with_for_update()
-        .cte("gaffer_fence")
-    )
-    claim = _claim(
-        conn, models, key, task_id, fence, complete=complete, when=exists(select(locked.c.fence))
-    ).cte("gaffer_claim")
-    fenced, claimed = conn.execute(
-        select(
-            select(func.count()).select_from(locked).scalar_subquery(),
-            select(func.count()).select_from(claim).scalar_subquery(),
-        )
-    ).one()
+    statement = _claim_statement(models, conn.dialect.name, complete=complete, fenced=True)
+    params = {"key": key, "task_id": task_id, "fence": fence, "lease_name": name}
+    fenced, claimed = conn.execute(statement, params).one()
     if not fenced:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
     if not claimed:
         raise AlreadyProcessed(f"key {key!r} was already completed by another run")
 
 
-def _claim(
-    conn: Connection,
-    models: Models,
-    key: str,
-    task_id: str,
-    fence: int | None,
-    *,
-    complete: bool,
-    when: ColumnElement[bool] | None = None,
-) -> Any:
-    """The claim upsert, returning the key when it claimed; only ``when`` holds, if given."""
-    table = table_of(models.IdempotencyKey)
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    state = COMPLETED if complete else CLAIMED
-    values = {
-        "key": literal(key, table.c.key.type),
-        "state": literal(state, table.c.state.type),
-        "task_id": literal(task_id, table.c.task_id.type),
-        "fence": literal(fence, table.c.fence.type),
-        "claimed_at": db_now(),
-        "completed_at": db_now() if complete else cast(null(), table.c.completed_at.type),
-    }
-    if when is None:
-        statement = dialect.insert(table).values(**values)
-    else:
-        source = select(*(value.label(name) for name, value in values.items())).where(when)
-        statement = dialect.insert(table).from_select(list(values), source)
-    return statement.on_conflict_do_update(
-        index_elements=[table.c.key],
-        set_={
-            "state": statement.excluded.state,
-            "task_id": statement.excluded.task_id,
-            "fence": statement.excluded.fence,
-            "completed_at": statement.excluded.completed_at,
-        },
-        where=table.c.state == CLAIMED,
-    ).returning(table.c.key)
+def _claim_statement(models: Models, dialect_name: str, *, complete: bool, fenced: bool) -> Any:
+    """The claim upsert (parameters ``key``, ``task_id``, ``fence``), built once.
+
+    ``fenced`` (PostgreSQL): the upsert only inserts while the lease ``lease_name`` holds
+    ``fence``, locking its row first; the statement returns (fenced, claimed) counts.
+    """
+
+    def build() -> Any:
+        table = table_of(models.IdempotencyKey)
+        dialect = postgresql if dialect_name == "postgresql" else sqlite
+        values = {
+            "key": bindparam("key", type_=table.c.key.type),
+            "state": literal(COMPLETED if complete else CLAIMED, table.c.state.type),
+            "task_id": bindparam("task_id", type_=table.c.task_id.type),
+            "fence": bindparam("fence", type_=table.c.fence.type),
+            "claimed_at": db_now(),
+            "completed_at": db_now() if complete else cast(null(), table.c.completed_at.type),
+        }
+        locked = None
+        if fenced:
+            leases = table_of(models.Lease)
+            locked = (
+                select(leases.c.fence)
+                .where(leases.c.name == bindparam("lease_name"), leases.c.fence == values["fence"])
+                .with_for_update()
+                .cte("gaffer_fence")
+            )
+            source = select(*(value.label(name) for name, value in values.items())).where(
+                exists(select(locked.c.fence))
+            )
+            statement = dialect.insert(table).from_select(list(values), source)
+        else:
+            statement = dialect.insert(table).values(**values)
+        upsert = statement.on_conflict_do_update(
+            index_elements=[table.c.key],
+            set_={
+                "state": statement.excluded.state,
+                "task_id": statement.excluded.task_id,
+                "fence": statement.excluded.fence,
+                "completed_at": statement.excluded.completed_at,
+            },
+            where=table.c.state == CLAIMED,
+        ).returning(table.c.key)
+        if locked is None:
+            return upsert
+        claim = upsert.cte("gaffer_claim")
+        return select(
+            select(func.count()).select_from(locked).scalar_subquery(),
+            select(func.count()).select_from(claim).scalar_subquery(),
+        )
+
+    return prebuilt((models.prefix, "claim", dialect_name, complete, fenced), build)

@@ -17,8 +17,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Float, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
@@ -26,10 +27,13 @@ from .exceptions import FenceLost, LeaseHeld
 from .store import Database
 from .store.dbclock import db_now
 from .store.models import Models, table_of
+from .store.statements import prebuilt
 
 logger = logging.getLogger("celery_gaffer.leases")
 
 _RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# The TTL parameter of the prebuilt statements, in seconds.
+_TTL = bindparam("ttl", type_=Float())
 
 
 def acquire(
@@ -40,33 +44,46 @@ def acquire(
     One statement: insert on first use, otherwise increment the fence where
     ``lease_until < now`` by the database's clock. Returns None when a live holder has it.
     """
-    table = table_of(models.Lease)
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(table).values(
-        name=name, owner=owner, fence=1, lease_until=db_now(ttl), acquired_at=db_now()
-    )
-    upsert = statement.on_conflict_do_update(
-        index_elements=[table.c.name],
-        set_={
-            "owner": statement.excluded.owner,
-            "fence": table.c.fence + 1,
-            "lease_until": statement.excluded.lease_until,
-            "acquired_at": statement.excluded.acquired_at,
-        },
-        where=None if steal else table.c.lease_until < db_now(),
-    ).returning(table.c.fence)
-    fence = conn.execute(upsert).scalar()
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        statement = dialect.insert(table).values(
+            name=bindparam("name"),
+            owner=bindparam("owner"),
+            fence=1,
+            lease_until=db_now(_TTL),
+            acquired_at=db_now(),
+        )
+        return statement.on_conflict_do_update(
+            index_elements=[table.c.name],
+            set_={
+                "owner": statement.excluded.owner,
+                "fence": table.c.fence + 1,
+                "lease_until": statement.excluded.lease_until,
+                "acquired_at": statement.excluded.acquired_at,
+            },
+            where=None if steal else table.c.lease_until < db_now(),
+        ).returning(table.c.fence)
+
+    upsert = prebuilt((models.prefix, "lease_acquire", conn.dialect.name, steal), build)
+    fence = conn.execute(upsert, {"name": name, "owner": owner, "ttl": float(ttl)}).scalar()
     return None if fence is None else int(fence)
 
 
 def renew(conn: Connection, models: Models, name: str, fence: int, ttl: float) -> bool:
     """Extend the lease if ``fence`` is still current; False means it was taken over."""
-    table = table_of(models.Lease)
-    result = conn.execute(
-        update(table)
-        .where(table.c.name == name, table.c.fence == fence)
-        .values(lease_until=db_now(ttl))
-    )
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        return (
+            update(table)
+            .where(table.c.name == bindparam("b_name"), table.c.fence == bindparam("b_fence"))
+            .values(lease_until=db_now(_TTL))
+        )
+
+    statement = prebuilt((models.prefix, "lease_renew"), build)
+    result = conn.execute(statement, {"b_name": name, "b_fence": fence, "ttl": float(ttl)})
     return result.rowcount == 1
 
 
@@ -78,13 +95,17 @@ def release(
     ``skip_locked`` (PostgreSQL): do nothing rather than wait when another transaction
     has the row locked right now. Returns whether a row was released.
     """
-    table = table_of(models.Lease)
-    where = [table.c.name == name, table.c.fence == fence]
-    if skip_locked:
-        free = select(table.c.name).where(*where).with_for_update(skip_locked=True)
-        where.append(table.c.name.in_(free.scalar_subquery()))
-    result = conn.execute(update(table).where(*where).values(owner=None, lease_until=_RELEASED))
-    return result.rowcount == 1
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        where = [table.c.name == bindparam("b_name"), table.c.fence == bindparam("b_fence")]
+        if skip_locked:
+            free = select(table.c.name).where(*where).with_for_update(skip_locked=True)
+            where.append(table.c.name.in_(free.scalar_subquery()))
+        return update(table).where(*where).values(owner=None, lease_until=_RELEASED)
+
+    statement = prebuilt((models.prefix, "lease_release", skip_locked), build)
+    return conn.execute(statement, {"b_name": name, "b_fence": fence}).rowcount == 1
 
 
 def check_fence(conn: Connection, models: Models, name: str, fence: int) -> None:
@@ -94,11 +115,17 @@ def check_fence(conn: Connection, models: Models, name: str, fence: int) -> None
     holds the row until commit, so no contender can take the lease between this check
     and the commit; on SQLite the transaction's ``BEGIN IMMEDIATE`` write lock does.
     """
-    table = table_of(models.Lease)
-    found = conn.execute(
-        select(table.c.fence).where(table.c.name == name, table.c.fence == fence).with_for_update()
-    ).first()
-    if found is None:
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        return (
+            select(table.c.fence)
+            .where(table.c.name == bindparam("name"), table.c.fence == bindparam("fence"))
+            .with_for_update()
+        )
+
+    statement = prebuilt((models.prefix, "lease_check"), build)
+    if conn.execute(statement, {"name": name, "fence": fence}).first() is None:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
 
 

@@ -19,8 +19,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from celery import signals, states
-from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy import Connection, case, insert, select, update
 
+from .run_sql import finish_statement, start_statement
 from .store import Database, database_for
 from .store.dbclock import db_now
 from .store.models import ERROR_LENGTH, Models, table_of
@@ -215,38 +216,22 @@ class Recorder:
         setattr(request, _STARTED, now)
         try:
             database = self.database
-            models = database.models
-            table = table_of(models.JobRun)
-            previous = (
-                select(func.count() + 1)
-                .select_from(table)
-                .where(table.c.task_id == task_id)
-                .scalar_subquery()
-            )
             # A GafferTask's key state comes back with the row id: the run needs it
             # first thing, and this saves it a round trip.
             key = _run_key(task, args, kwargs)
-            returning: list[Any] = [table.c.id]
-            if key is not None:
-                keys = table_of(models.IdempotencyKey)
-                returning.append(select(keys.c.state).where(keys.c.key == key).scalar_subquery())
+            params = {
+                "task_id": task_id,
+                "task_name": task.name,
+                "schedule": getattr(request, "gaffer_schedule", None),
+                "nominal_at": parse_nominal(getattr(request, "gaffer_nominal_at", None)),
+                "key": getattr(request, "gaffer_key", None),
+                "started_at": now,
+                "worker": request.hostname,
+                "run_key": key,
+            }
+            statement = start_statement(database.models, with_key_state=key is not None)
             with database.autocommit(relaxed=True) as conn:
-                row = conn.execute(
-                    insert(table)
-                    .values(
-                        task_id=task_id,
-                        task_name=task.name,
-                        schedule=getattr(request, "gaffer_schedule", None),
-                        nominal_at=parse_nominal(getattr(request, "gaffer_nominal_at", None)),
-                        key=getattr(request, "gaffer_key", None),
-                        attempt=previous,
-                        state="running",
-                        started_at=now,
-                        worker=request.hostname,
-                        updated_at=db_now(),
-                    )
-                    .returning(*returning)
-                ).one()
+                row = conn.execute(statement, params).one()
             row_id = row[0]
             if key is not None:
                 setattr(request, KEY_STATE, (key, row[1]))
@@ -295,7 +280,6 @@ class Recorder:
             "state": outcome,
             "finished_at": now,
             "duration": (now - started).total_seconds(),
-            "updated_at": db_now(),
         }
         if getattr(request, "gaffer_run_key", None) is not None:
             values["key"] = request.gaffer_run_key
@@ -308,9 +292,10 @@ class Recorder:
         schedule = getattr(request, "gaffer_schedule", None)
         try:
             database = self.database
-            table = table_of(database.models.JobRun)
+            statement = finish_statement(database.models, values)
             with database.autocommit(relaxed=True) as conn:
-                conn.execute(update(table).where(table.c.id == row_id).values(**values))
+                params = {"b_" + name: value for name, value in values.items()}
+                conn.execute(statement, {**params, "b_row_id": row_id})
                 if schedule:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
                     update_schedule_facts(conn, database.models, schedule, outcome, nominal)

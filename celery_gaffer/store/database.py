@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from ..exceptions import DatabaseUnavailable
 from ..settings import GafferSettings, settings_for
-from .engine import get_engine, read_only, session_factory
+from .engine import autocommit_connection, get_engine, read_only, session_factory
 from .migrate import migrate
 from .models import Models, models_for
 
@@ -71,7 +71,7 @@ class Database:
             _unavailable_as_gaffer_error(self),
             engine.connect() as connection,
         ):
-            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+            yield autocommit_connection(connection)
 
     @contextmanager
     def leases(self) -> Iterator[Connection]:
@@ -85,7 +85,7 @@ class Database:
             _unavailable_as_gaffer_error(self),
             engine.connect() as connection,
         ):
-            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+            yield autocommit_connection(connection)
 
     def migrate(self) -> tuple[str | None, str]:
         """Apply the shipped migrations; returns the revision before and after."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import BindParameter, bindparam
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.types import Float
@@ -23,8 +23,11 @@ class db_now(FunctionElement[Any]):
     type = UTCDateTime()
     inherit_cache = True
 
-    def __init__(self, offset: float = 0.0) -> None:
-        super().__init__(bindparam(None, float(offset), type_=Float()))
+    def __init__(self, offset: float | BindParameter[Any] = 0.0) -> None:
+        """``offset``: seconds, or a named bound parameter (a statement built once)."""
+        if not isinstance(offset, BindParameter):
+            offset = bindparam(None, float(offset), type_=Float())
+        super().__init__(offset)
 
     @property
     def offset(self) -> ColumnElement[Any]:

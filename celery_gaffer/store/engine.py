@@ -24,6 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # How long a lease statement waits for a row lock on PostgreSQL before giving up.
 LEASE_LOCK_TIMEOUT_MS = 2000
+# Execution option of the engines whose every connection is in autocommit mode.
+AUTOCOMMIT_POOL = "gaffer_autocommit_pool"
 # Execution option: this transaction only reads, so SQLite may start it DEFERRED.
 READ_ONLY = "gaffer_read_only"
 
@@ -74,6 +76,13 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 
+def autocommit_connection(connection: Connection) -> Connection:
+    """``connection`` with each statement its own transaction (a no-op on autocommit pools)."""
+    if connection.get_execution_options().get(AUTOCOMMIT_POOL):
+        return connection
+    return connection.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def read_only(connection: Connection) -> Connection:
     """Mark ``connection``'s next transaction as read-only (a DEFERRED begin on SQLite)."""
     return connection.execution_options(**{READ_ONLY: True})
@@ -89,8 +98,13 @@ def _create_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> 
         connect_args["options"] = f"-c lock_timeout={LEASE_LOCK_TIMEOUT_MS}"
     # No pre-ping (a round trip per checkout): a connection lost to a restart fails on
     # use, SQLAlchemy then discards the whole pool, and callers retry (Beat's next tick,
-    # a GafferTask's database retry).
-    return create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args)
+    # a GafferTask's database retry). The relaxed and lease engines only ever run
+    # single statements, each its own transaction: autocommit for the whole pool, so
+    # that no checkout switches the connection's mode back and forth.
+    options: dict[str, Any] = {}
+    if relaxed or leases:
+        options = {"isolation_level": "AUTOCOMMIT", "execution_options": {AUTOCOMMIT_POOL: True}}
+    return create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args, **options)
 
 
 def _create_sqlite_engine(url: URL) -> Engine:
