@@ -30,7 +30,7 @@ AUTOCOMMIT_POOL = "gaffer_autocommit_pool"
 READ_ONLY = "gaffer_read_only"
 
 _lock = threading.Lock()
-_engines: dict[str, Engine] = {}
+_engines: dict[tuple[URL, bool, bool], Engine] = {}
 _owner_pid = os.getpid()
 
 
@@ -47,8 +47,7 @@ def get_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engi
     for ever (and no statement is spent setting that per transaction).
     """
     global _owner_pid
-    key = url.render_as_string(hide_password=False)
-    key += "#relaxed" if relaxed else "#leases" if leases else ""
+    key = (url, relaxed, leases)  # URL is an immutable, hashable named tuple
     with _lock:
         if os.getpid() != _owner_pid:
             # Inherited from the parent: drop our references without closing its sockets.

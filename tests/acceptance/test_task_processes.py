@@ -94,15 +94,29 @@ def test_a_paused_holder_cannot_write_after_its_lease_was_taken(
     tmp_path: Path, database_url: str, redis_url: str, client: Celery
 ) -> None:
     module = write_task_project(tmp_path, redis_url, database_url)
-    if parse_database_url(database_url).get_backend_name() == "postgresql":
+    on_postgresql = parse_database_url(database_url).get_backend_name() == "postgresql"
+    if on_postgresql:
         # What the docs recommend: a holder frozen inside a transaction loses its locks.
-        with get_engine(parse_database_url(database_url)).connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").execute(
-                text(
-                    f'ALTER DATABASE "{parse_database_url(database_url).database}" '
-                    "SET idle_in_transaction_session_timeout = 1000"
-                )
-            )
+        _set_idle_in_transaction_timeout(database_url, "1000")
+    try:
+        _pause_a_holder(tmp_path, module, database_url, client)
+    finally:
+        if on_postgresql:  # the database is shared with later tests
+            _set_idle_in_transaction_timeout(database_url, None)
+
+
+def _set_idle_in_transaction_timeout(database_url: str, value: str | None) -> None:
+    url = parse_database_url(database_url)
+    setting = "RESET idle_in_transaction_session_timeout"
+    if value is not None:
+        setting = f"SET idle_in_transaction_session_timeout = {int(value)}"
+    with get_engine(url).connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            text(f'ALTER DATABASE "{url.database}" {setting}')
+        )
+
+
+def _pause_a_holder(tmp_path: Path, module: str, database_url: str, client: Celery) -> None:
     with celery_processes() as procs:
         a = worker(tmp_path, module, "wa", "--pool=solo", "-Q", "a")
         b = worker(tmp_path, module, "wb", "--pool=solo", "-Q", "b")

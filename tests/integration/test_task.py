@@ -322,6 +322,8 @@ def test_a_contender_gives_up_on_a_lease_row_locked_by_a_paused_commit(postgres_
     client = LeaseClient(database)
     lease = client.acquire("locked", "holder", 30)
     with database.begin() as conn:
+        # Idle in its transaction on purpose, whatever the database's default says.
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
         check_fence(conn, database.models, "locked", lease.fence)  # the commit in flight
         started = time.monotonic()
         with pytest.raises(LeaseHeld, match="busy"):
