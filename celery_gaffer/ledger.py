@@ -245,7 +245,7 @@ def claim_pending(
     between commit and publish (or between publish and marking them sent).
     """
     f = models.Fire
-    claimed = _lock_due_fires(conn, models, "pending", now, limit)
+    claimed = lock_due_fires(conn, models, "pending", now, limit)
     if claimed:
         table = table_of(f)
         for start in range(0, len(claimed), CHUNK):
@@ -261,7 +261,7 @@ def claim_pending(
     return claimed
 
 
-def _lock_due_fires(
+def lock_due_fires(
     conn: Connection, models: Models, state: str, now: datetime, limit: int
 ) -> list[Fire]:
     """Lock fires in ``state`` whose ``publish_after`` has passed (other Beats skip them).
@@ -317,67 +317,6 @@ def mark_sent(
             )
             .values(**values)
         )
-
-
-def claim_unconfirmed(
-    conn: Connection,
-    models: Models,
-    now: datetime,
-    confirm_after: float,
-    max_publishes: int,
-    limit: int,
-) -> tuple[list[Fire], int, list[str]]:
-    """Sent fires due for confirmation: (to publish again, how many delivered, given up).
-
-    A fire is delivered once a run record with its task id exists (written at the run's
-    start). One without, ``confirm_after`` seconds after its send, was lost by the broker
-    (a Redis restart without persistence) and is published again, at most
-    ``max_publishes`` times in all; then it is marked ``unconfirmed`` and left to the
-    ``late`` alert.
-    """
-    f, runs = models.Fire, table_of(models.JobRun)
-    due = _lock_due_fires(conn, models, "sent", now, limit)
-    if not due:
-        return [], 0, []
-    # A run that was lost (its worker killed) does not count: its message may be gone too.
-    seen = set(
-        conn.execute(
-            select(runs.c.task_id).where(
-                matches(conn, runs.c.task_id, [fire.task_id for fire in due], "str"),
-                runs.c.state != "lost",
-            )
-        ).scalars()
-    )
-    delivered = [fire.id for fire in due if fire.task_id in seen]
-    again = [
-        fire for fire in due if fire.task_id not in seen and fire.publish_count <= max_publishes
-    ]
-    given_up = [
-        fire for fire in due if fire.task_id not in seen and fire.publish_count > max_publishes
-    ]
-    table = table_of(f)
-    if delivered:
-        conn.execute(
-            update(table)
-            .where(matches(conn, table.c.id, delivered, "bigint"))
-            .values(state="delivered")
-        )
-    if given_up:
-        conn.execute(
-            update(table)
-            .where(matches(conn, table.c.id, [fire.id for fire in given_up], "bigint"))
-            .values(state="unconfirmed")
-        )
-    if again:
-        conn.execute(
-            update(table)
-            .where(matches(conn, table.c.id, [fire.id for fire in again], "bigint"))
-            .values(
-                publish_after=now + timedelta(seconds=confirm_after),
-                publish_count=table.c.publish_count + 1,
-            )
-        )
-    return again, len(delivered), [fire.key for fire in given_up]
 
 
 def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None:

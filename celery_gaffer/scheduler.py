@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .catchup import decide
 from .clock import Clock, utcnow
+from .confirm import claim_unconfirmed
 from .exceptions import DatabaseUnavailable, GafferError
 from .health import announce, check_due
 from .keys import fire_key, fire_task_id
@@ -31,7 +32,6 @@ from .ledger import (
     advance_schedules,
     claim_due_schedules,
     claim_pending,
-    claim_unconfirmed,
     decode_json,
     insert_fires,
     load_payloads,
@@ -271,11 +271,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             return False
         models = self.database.models
         with self.database.begin() as conn:
-            again, _delivered, given_up = claim_unconfirmed(
+            found = claim_unconfirmed(
                 conn, models, now, settings.confirm_delivery_after, MAX_PUBLISHES, self.batch_size
             )
+            again = found.again
             payloads = load_payloads(conn, models, {fire.schedule for fire in again})
-        for key in given_up:
+        for key in found.given_up:
             logger.error(
                 "fire %s was published %d times and never started; giving up",
                 key,
@@ -283,7 +284,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 extra={"action": "fire_unconfirmed", "key": key},
             )
         self._publish([fire for fire in again if fire.schedule in payloads], payloads)
-        return bool(again or given_up) and len(again) + len(given_up) >= self.batch_size
+        return found.handled >= self.batch_size
 
     def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
         if not fires:

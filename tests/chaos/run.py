@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -345,12 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     fresh_database(args.database)
-    with tempfile.TemporaryDirectory(prefix="gaffer-chaos-") as workdir:
-        report = run(
-            args.database, args.broker, seconds=args.seconds, seed=seed, workdir=Path(workdir)
-        )
+    workdir = Path(tempfile.mkdtemp(prefix=f"gaffer-chaos-{seed}-"))
+    report = run(args.database, args.broker, seconds=args.seconds, seed=seed, workdir=workdir)
     print(f"reproduce with: python -m tests.chaos.run --seconds {args.seconds:.0f} --seed {seed}")
-    return 1 if report.anomalies else 0
+    if report.anomalies:
+        # Kept for the post-mortem: every Beat's and worker's log, and the project.
+        print(f"logs kept in {workdir}")
+        return 1
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
 
 
 def fresh_database(database: str) -> None:

@@ -385,28 +385,8 @@ def test_cleanup_deletes_only_what_is_past_retention(app: Celery, clock: FrozenC
     assert len(ledger(app)) == 1
 
 
-def test_delivery_confirmation_republishes_a_fire_the_broker_lost(
-    app: Celery, clock: FrozenClock, redis_url: str
-) -> None:
-    import redis as redis_client
-
-    from celery_gaffer.settings import forget_settings
-
-    app.conf.gaffer_confirm_delivery_after = 20
-    forget_settings(app)
-    ScheduleStore(app, clock=clock).add("c", "t.noop", every(3600))
-    scheduler = make_scheduler(app, clock)
-    clock.advance(3600)
-    scheduler.tick()
-    [key] = sent_keys(redis_url)
-    redis_client.Redis.from_url(redis_url).flushdb()  # the broker restarted, empty
-    clock.advance(19)
-    scheduler.tick()
-    assert sent_keys(redis_url) == []
-    clock.advance(2)
-    scheduler.tick()
-    assert sent_keys(redis_url) == [key]  # published again
-    # A worker starts it: its run record confirms the delivery.
+def start_run(app: Celery, key: str, clock: FrozenClock) -> None:
+    """What a worker's task_prerun writes when it starts the fire ``key``."""
     database = database_for(app)
     runs = database.models.JobRun.__table__  # type: ignore[attr-defined]
     with database.begin() as conn:
@@ -419,29 +399,84 @@ def test_delivery_confirmation_republishes_a_fire_the_broker_lost(
                 updated_at=clock.now,
             )
         )
-    clock.advance(21)
-    scheduler.tick()
-    assert sent_keys(redis_url) == [key]
-    assert ledger(app) == [(key, "delivered", 2)]
-    forget_settings(app)
 
 
-def test_a_fire_never_started_after_every_send_is_marked_unconfirmed(
-    app: Celery, clock: FrozenClock, redis_url: str
-) -> None:
-    from celery_gaffer.scheduler import MAX_PUBLISHES
+@pytest.fixture
+def confirming(app: Celery) -> Iterator[Celery]:
     from celery_gaffer.settings import forget_settings
 
     app.conf.gaffer_confirm_delivery_after = 20
     forget_settings(app)
-    ScheduleStore(app, clock=clock).add("u", "t.noop", every(3600))
+    yield app
+    forget_settings(app)
+
+
+def test_delivery_confirmation_republishes_a_fire_the_broker_lost_once_it_was_overtaken(
+    confirming: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    import redis as redis_client
+
+    app = confirming
+    store = ScheduleStore(app, clock=clock)
+    store.add("c", "t.noop", every(3600))
+    store.add("d", "t.noop", every(3600))
     scheduler = make_scheduler(app, clock)
     clock.advance(3600)
     scheduler.tick()
-    for _ in range(MAX_PUBLISHES + 1):
-        clock.advance(21)
+    first = sorted(sent_keys(redis_url))
+    assert len(first) == 2
+    redis_client.Redis.from_url(redis_url).flushdb()  # the broker restarted, empty
+    clock.advance(21)
+    scheduler.tick()
+    # No fire started since: the workers may be behind, so nothing is sent again.
+    assert sent_keys(redis_url) == []
+    trigger_key = store.trigger("d")  # a later fire of the same task, which a worker starts
+    assert sent_keys(redis_url) == [trigger_key]
+    start_run(app, trigger_key, clock)
+    clock.advance(21)
+    scheduler.tick()
+    assert sorted(k for k in sent_keys(redis_url) if k in first) == first  # published again
+    c_key = next(k for k in first if k.startswith("c@"))
+    start_run(app, c_key, clock)
+    clock.advance(21)
+    scheduler.tick()
+    states = {key: (state, count) for key, state, count in ledger(app)}
+    assert states[c_key] == ("delivered", 2)
+
+
+def test_a_backlog_is_not_flooded_with_copies_and_no_fire_is_given_up(
+    confirming: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    """Workers far behind (no fire started for minutes): each fire is sent once."""
+    app = confirming
+    ScheduleStore(app, clock=clock).add("b", "t.noop", every(10))
+    scheduler = make_scheduler(app, clock)
+    for _ in range(30):
+        clock.advance(10)
         scheduler.tick()
-    [(key, state, count)] = ledger(app)
-    assert (state, count) == ("unconfirmed", MAX_PUBLISHES)
-    assert sent_keys(redis_url) == [key] * MAX_PUBLISHES
-    forget_settings(app)
+    keys = sent_keys(redis_url)
+    assert len(keys) == len(set(keys)) == 30
+    assert {state for _key, state, _count in ledger(app)} == {"sent"}
+
+
+def test_a_fire_overtaken_after_every_send_is_marked_unconfirmed(
+    confirming: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    from celery_gaffer.scheduler import MAX_PUBLISHES
+
+    app = confirming
+    store = ScheduleStore(app, clock=clock)
+    store.add("u", "t.noop", every(3600))
+    store.add("v", "t.noop", every(3600))
+    scheduler = make_scheduler(app, clock)
+    clock.advance(3600)
+    scheduler.tick()
+    [u_key] = [k for k in sent_keys(redis_url) if k.startswith("u@")]
+    for _ in range(MAX_PUBLISHES + 1):
+        clock.advance(1)
+        start_run(app, store.trigger("v"), clock)  # later fires keep starting
+        clock.advance(20)
+        scheduler.tick()
+    states = {key: (state, count) for key, state, count in ledger(app)}
+    assert states[u_key] == ("unconfirmed", MAX_PUBLISHES)
+    assert sent_keys(redis_url).count(u_key) == MAX_PUBLISHES

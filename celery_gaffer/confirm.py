@@ -1,0 +1,124 @@
+"""Delivery confirmation: publish again a sent fire that no worker ever started.
+
+A fire is delivered once a run record with its task id exists (written at the run's
+start). A fire without one ``gaffer_confirm_delivery_after`` seconds after its send was
+either lost by the broker (a Redis restart without persistence) or is still waiting in a
+queue behind a backlog. Only the first calls for a new send; taking the second for the
+first would flood a slow queue with copies and then give up on fires that were about to
+run. So a fire is published again only once it has been **overtaken**: a fire of the
+same task sent after it has started (when no later fire of its task was sent, one of
+any task). Queues are first in, first out, so a later message that started means this
+one left the queue, and with no run record it was lost. A fire not yet overtaken waits
+another ``confirm_after`` seconds, without using up one of its sends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, exists, func, select, update
+
+from .ledger import Fire, lock_due_fires
+from .store.bulk import matches
+from .store.models import Models, table_of
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What one confirmation pass found."""
+
+    again: list[Fire]  # published again now
+    delivered: int
+    waiting: int  # not overtaken yet: behind a backlog, or no worker is consuming
+    given_up: list[str]  # keys of fires sent ``max_publishes`` times, overtaken each time
+    handled: int  # fires looked at (a full batch: call again)
+
+
+def claim_unconfirmed(
+    conn: Connection,
+    models: Models,
+    now: datetime,
+    confirm_after: float,
+    max_publishes: int,
+    limit: int,
+) -> Confirmation:
+    """Lock the sent fires due for confirmation and decide each one (see the module)."""
+    fires, runs = table_of(models.Fire), table_of(models.JobRun)
+    due = lock_due_fires(conn, models, "sent", now, limit)
+    if not due:
+        return Confirmation([], 0, 0, [], 0)
+    # A run that was lost (its worker killed) does not count: its message may be gone too.
+    seen = set(
+        conn.execute(
+            select(runs.c.task_id).where(
+                matches(conn, runs.c.task_id, [fire.task_id for fire in due], "str"),
+                runs.c.state != "lost",
+            )
+        ).scalars()
+    )
+    delivered = [fire.id for fire in due if fire.task_id in seen]
+    unseen = [fire for fire in due if fire.task_id not in seen]
+    overtaken = _overtaken(conn, models, unseen)
+    again = [f for f in unseen if f.id in overtaken and f.publish_count <= max_publishes]
+    given_up = [f for f in unseen if f.id in overtaken and f.publish_count > max_publishes]
+    waiting = [f.id for f in unseen if f.id not in overtaken]
+    later = now + timedelta(seconds=confirm_after)
+    _set(conn, fires, delivered, state="delivered")
+    _set(conn, fires, [fire.id for fire in given_up], state="unconfirmed")
+    _set(conn, fires, waiting, publish_after=later)
+    _set(
+        conn,
+        fires,
+        [fire.id for fire in again],
+        publish_after=later,
+        sent_at=now,
+        publish_count=fires.c.publish_count + 1,
+    )
+    keys = [fire.key for fire in given_up]
+    return Confirmation(again, len(delivered), len(waiting), keys, len(due))
+
+
+def _overtaken(conn: Connection, models: Models, candidates: list[Fire]) -> set[int]:
+    """Ids of ``candidates`` that a later-sent fire of their task (or any) has overtaken."""
+    if not candidates:
+        return set()
+    fires, runs = table_of(models.Fire), table_of(models.JobRun)
+    schedules = table_of(models.Schedule)
+    facts = conn.execute(
+        select(fires.c.id, fires.c.created_at, fires.c.sent_at, schedules.c.task)
+        .join(schedules, schedules.c.name == fires.c.schedule, isouter=True)
+        .where(matches(conn, fires.c.id, [fire.id for fire in candidates], "bigint"))
+    ).all()
+    since = min(created for _, created, _, _ in facts)
+    started = exists(select(runs.c.id).where(runs.c.task_id == fires.c.task_id))
+    per_task: dict[Any, tuple[datetime | None, datetime | None]] = {
+        task: (last_sent, last_started)
+        for task, last_sent, last_started in conn.execute(
+            select(
+                schedules.c.task,
+                func.max(fires.c.sent_at),
+                func.max(fires.c.sent_at).filter(started),
+            )
+            .join(schedules, schedules.c.name == fires.c.schedule)
+            .where(fires.c.created_at >= since, fires.c.sent_at.is_not(None))
+            .group_by(schedules.c.task)
+        )
+    }
+    any_started = max((s for _, s in per_task.values() if s is not None), default=None)
+    result: set[int] = set()
+    for fire_id, _created, sent_at, task in facts:
+        if sent_at is None:
+            continue
+        last_sent, last_started = per_task.get(task, (None, None))
+        if last_sent is None or last_sent <= sent_at:
+            last_started = any_started  # nothing of its task came after it: any task
+        if last_started is not None and last_started > sent_at:
+            result.add(fire_id)
+    return result
+
+
+def _set(conn: Connection, table: Any, ids: list[int], **values: Any) -> None:
+    if ids:
+        conn.execute(update(table).where(matches(conn, table.c.id, ids, "bigint")).values(**values))
