@@ -10,6 +10,12 @@ same task sent after it has started (when no later fire of its task was sent, on
 any task). Queues are first in, first out, so a later message that started means this
 one left the queue, and with no run record it was lost. A fire not yet overtaken waits
 another ``confirm_after`` seconds, without using up one of its sends.
+
+A fire whose message never reached a worker is published again for as long as it is
+lost (a broker that keeps nothing, restarted behind a backlog, can lose the same fire
+several times), each time a little later (``confirm_after`` doubled, up to 8 times). A
+fire whose run died with its worker ``max_publishes`` times (a task that kills its
+worker) is given up and marked ``unconfirmed``: the ``late`` alert takes it from there.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ class Confirmation:
     again: list[Fire]  # published again now
     delivered: int
     waiting: int  # not overtaken yet: behind a backlog, or no worker is consuming
-    given_up: list[str]  # keys of fires sent ``max_publishes`` times, overtaken each time
+    given_up: list[str]  # keys of fires whose run died with its worker max_publishes times
     handled: int  # fires looked at (a full batch: call again)
 
 
@@ -50,32 +56,44 @@ def claim_unconfirmed(
     if not due:
         return Confirmation([], 0, 0, [], 0)
     # A run that was lost (its worker killed) does not count: its message may be gone too.
-    seen = set(
-        conn.execute(
-            select(runs.c.task_id).where(
-                matches(conn, runs.c.task_id, [fire.task_id for fire in due], "str"),
-                runs.c.state != "lost",
-            )
-        ).scalars()
-    )
-    delivered = [fire.id for fire in due if fire.task_id in seen]
-    unseen = [fire for fire in due if fire.task_id not in seen]
+    started: set[str] = set()
+    died: dict[str, int] = {}  # task id -> runs lost with their worker
+    for task_id, state in conn.execute(
+        select(runs.c.task_id, runs.c.state).where(
+            matches(conn, runs.c.task_id, [fire.task_id for fire in due], "str")
+        )
+    ):
+        if state == "lost":
+            died[task_id] = died.get(task_id, 0) + 1
+        else:
+            started.add(task_id)
+    delivered = [fire.id for fire in due if fire.task_id in started]
+    unseen = [fire for fire in due if fire.task_id not in started]
     overtaken = _overtaken(conn, models, unseen)
-    again = [f for f in unseen if f.id in overtaken and f.publish_count <= max_publishes]
-    given_up = [f for f in unseen if f.id in overtaken and f.publish_count > max_publishes]
-    waiting = [f.id for f in unseen if f.id not in overtaken]
-    later = now + timedelta(seconds=confirm_after)
+    again: list[Fire] = []
+    given_up: list[Fire] = []
+    for fire in unseen:
+        if fire.id in overtaken:
+            exhausted = died.get(fire.task_id, 0) >= max_publishes
+            (given_up if exhausted else again).append(fire)
+    waiting = [fire.id for fire in unseen if fire.id not in overtaken]
     _set(conn, fires, delivered, state="delivered")
     _set(conn, fires, [fire.id for fire in given_up], state="unconfirmed")
-    _set(conn, fires, waiting, publish_after=later)
-    _set(
-        conn,
-        fires,
-        [fire.id for fire in again],
-        publish_after=later,
-        sent_at=now,
-        publish_count=fires.c.publish_count + 1,
-    )
+    _set(conn, fires, waiting, publish_after=now + timedelta(seconds=confirm_after))
+    # Each send waits longer for its run than the one before: doubled, at most 8 times.
+    by_backoff: dict[float, list[int]] = {}
+    for fire in again:
+        backoff = confirm_after * min(2 ** max(fire.publish_count - 2, 0), 8)
+        by_backoff.setdefault(backoff, []).append(fire.id)
+    for backoff, ids in by_backoff.items():
+        _set(
+            conn,
+            fires,
+            ids,
+            publish_after=now + timedelta(seconds=backoff),
+            sent_at=now,
+            publish_count=fires.c.publish_count + 1,
+        )
     keys = [fire.key for fire in given_up]
     return Confirmation(again, len(delivered), len(waiting), keys, len(due))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -459,7 +460,7 @@ def test_a_backlog_is_not_flooded_with_copies_and_no_fire_is_given_up(
     assert {state for _key, state, _count in ledger(app)} == {"sent"}
 
 
-def test_a_fire_overtaken_after_every_send_is_marked_unconfirmed(
+def test_a_fire_the_broker_keeps_losing_is_published_again_each_time_later_each_time(
     confirming: Celery, clock: FrozenClock, redis_url: str
 ) -> None:
     from celery_gaffer.scheduler import MAX_PUBLISHES
@@ -472,11 +473,53 @@ def test_a_fire_overtaken_after_every_send_is_marked_unconfirmed(
     clock.advance(3600)
     scheduler.tick()
     [u_key] = [k for k in sent_keys(redis_url) if k.startswith("u@")]
-    for _ in range(MAX_PUBLISHES + 1):
+    sends = [clock.now]
+    for _ in range(MAX_PUBLISHES + 2):  # never started, never given up
         clock.advance(1)
-        start_run(app, store.trigger("v"), clock)  # later fires keep starting
-        clock.advance(20)
+        start_run(app, store.trigger("v"), clock)  # a later fire starts: u was lost
+        for _second in range(200):
+            clock.advance(1)
+            before = sent_keys(redis_url).count(u_key)
+            scheduler.tick()
+            if sent_keys(redis_url).count(u_key) > before:
+                sends.append(clock.now)
+                break
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(sends)]
+    assert gaps == [20, 20, 40, 80, 160, 160]  # 20 s, doubled, at most 8 times
+    states = {key: (state, count) for key, state, count in ledger(app)}
+    assert states[u_key] == ("sent", MAX_PUBLISHES + 3)
+
+
+def test_a_fire_whose_runs_die_with_their_workers_is_given_up_after_every_send(
+    confirming: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    from celery_gaffer.scheduler import MAX_PUBLISHES
+
+    app = confirming
+    store = ScheduleStore(app, clock=clock)
+    store.add("p", "t.noop", every(3600))
+    store.add("q", "t.noop", every(3600))
+    scheduler = make_scheduler(app, clock)
+    clock.advance(3600)
+    scheduler.tick()
+    [p_key] = [k for k in sent_keys(redis_url) if k.startswith("p@")]
+    database = database_for(app)
+    runs = database.models.JobRun.__table__  # type: ignore[attr-defined]
+    for _ in range(MAX_PUBLISHES):
+        with database.begin() as conn:  # it reached a worker, which died with it
+            conn.execute(
+                runs.insert().values(
+                    task_id=fire_task_id(p_key),
+                    task_name="t.noop",
+                    state="lost",
+                    attempt=1,
+                    updated_at=clock.now,
+                )
+            )
+        clock.advance(1)
+        start_run(app, store.trigger("q"), clock)  # later fires keep starting
+        clock.advance(200)
         scheduler.tick()
     states = {key: (state, count) for key, state, count in ledger(app)}
-    assert states[u_key] == ("unconfirmed", MAX_PUBLISHES)
-    assert sent_keys(redis_url).count(u_key) == MAX_PUBLISHES
+    assert states[p_key] == ("unconfirmed", MAX_PUBLISHES)  # sent 4 times, died 4 times
+    assert sent_keys(redis_url).count(p_key) == MAX_PUBLISHES
