@@ -222,7 +222,6 @@ class Renewer:
         self._leases: list[Lease] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._stopped = False
         self._thread: threading.Thread | None = None
 
     def add(self, lease: Lease) -> None:
@@ -240,22 +239,11 @@ class Renewer:
             if lease in self._leases:
                 self._leases.remove(lease)
 
-    def stop(self) -> None:
-        """End the thread (tests; a process's renewer otherwise lives as long as it)."""
-        with self._lock:
-            self._stopped = True
-            thread = self._thread
-        self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-
     def _run(self) -> None:
         due: dict[Lease, float] = {}  # lease -> monotonic time of its next renewal
         while True:
             self._wake.clear()  # before the snapshot: a lease added after it wakes the wait
             with self._lock:
-                if self._stopped:
-                    return
                 leases = list(self._leases)
             now = time.monotonic()
             due = {lease: due.get(lease, now + lease.ttl / 3) for lease in leases}

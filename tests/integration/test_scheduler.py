@@ -386,8 +386,9 @@ def test_cleanup_deletes_only_what_is_past_retention(app: Celery, clock: FrozenC
     assert len(ledger(app)) == 1
 
 
-def start_run(app: Celery, key: str, clock: FrozenClock) -> None:
-    """What a worker's task_prerun writes when it starts the fire ``key``."""
+def start_run(app: Celery, key: str, clock: FrozenClock, state: str = "running") -> None:
+    """What a worker's task_prerun writes when it starts the fire ``key`` (``lost``: and
+    what Beat writes once that worker died with it)."""
     database = database_for(app)
     runs = database.models.JobRun.__table__  # type: ignore[attr-defined]
     with database.begin() as conn:
@@ -395,11 +396,25 @@ def start_run(app: Celery, key: str, clock: FrozenClock) -> None:
             runs.insert().values(
                 task_id=fire_task_id(key),
                 task_name="t.noop",
-                state="running",
+                state=state,
                 attempt=1,
                 updated_at=clock.now,
             )
         )
+
+
+def two_fires_sent(
+    app: Celery, clock: FrozenClock, redis_url: str, watched: str, other: str
+) -> tuple[ScheduleStore, Scheduler, str]:
+    """Two hourly schedules whose first fires are sent at once; the key of ``watched``'s."""
+    store = ScheduleStore(app, clock=clock)
+    store.add(watched, "t.noop", every(3600))
+    store.add(other, "t.noop", every(3600))
+    scheduler = make_scheduler(app, clock)
+    clock.advance(3600)
+    scheduler.tick()
+    [key] = [k for k in sent_keys(redis_url) if k.startswith(watched + "@")]
+    return store, scheduler, key
 
 
 @pytest.fixture
@@ -466,13 +481,7 @@ def test_a_fire_the_broker_keeps_losing_is_published_again_each_time_later_each_
     from celery_gaffer.scheduler import MAX_PUBLISHES
 
     app = confirming
-    store = ScheduleStore(app, clock=clock)
-    store.add("u", "t.noop", every(3600))
-    store.add("v", "t.noop", every(3600))
-    scheduler = make_scheduler(app, clock)
-    clock.advance(3600)
-    scheduler.tick()
-    [u_key] = [k for k in sent_keys(redis_url) if k.startswith("u@")]
+    store, scheduler, u_key = two_fires_sent(app, clock, redis_url, "u", "v")
     sends = [clock.now]
     for _ in range(MAX_PUBLISHES + 2):  # never started, never given up
         clock.advance(1)
@@ -496,26 +505,9 @@ def test_a_fire_whose_runs_die_with_their_workers_is_given_up_after_every_send(
     from celery_gaffer.scheduler import MAX_PUBLISHES
 
     app = confirming
-    store = ScheduleStore(app, clock=clock)
-    store.add("p", "t.noop", every(3600))
-    store.add("q", "t.noop", every(3600))
-    scheduler = make_scheduler(app, clock)
-    clock.advance(3600)
-    scheduler.tick()
-    [p_key] = [k for k in sent_keys(redis_url) if k.startswith("p@")]
-    database = database_for(app)
-    runs = database.models.JobRun.__table__  # type: ignore[attr-defined]
+    store, scheduler, p_key = two_fires_sent(app, clock, redis_url, "p", "q")
     for _ in range(MAX_PUBLISHES):
-        with database.begin() as conn:  # it reached a worker, which died with it
-            conn.execute(
-                runs.insert().values(
-                    task_id=fire_task_id(p_key),
-                    task_name="t.noop",
-                    state="lost",
-                    attempt=1,
-                    updated_at=clock.now,
-                )
-            )
+        start_run(app, p_key, clock, state="lost")  # it reached a worker, which died with it
         clock.advance(1)
         start_run(app, store.trigger("q"), clock)  # later fires keep starting
         clock.advance(200)
