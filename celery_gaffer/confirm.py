@@ -16,6 +16,11 @@ lost (a broker that keeps nothing, restarted behind a backlog, can lose the same
 several times), each time a little later (``confirm_after`` doubled, up to 8 times). A
 fire whose run died with its worker ``max_publishes`` times (a task that kills its
 worker) is given up and marked ``unconfirmed``: the ``late`` alert takes it from there.
+
+A run record proves delivery only while it can still end the fire. One lost with its
+worker, or one that ended ``retrying`` (its retry is a new message, which the broker can
+lose like the first), does not: :func:`reopen` puts its fire back to ``sent``, to be
+checked again once the retry had time to start.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def claim_unconfirmed(
     due = lock_due_fires(conn, models, "sent", now, limit)
     if not due:
         return Confirmation([], 0, 0, [], 0)
-    # A run that was lost (its worker killed) does not count: its message may be gone too.
+    # A run lost with its worker, or one that ended ``retrying``, does not count: the
+    # message that would end the fire (the redelivery, the retry) may be gone.
     started: set[str] = set()
     died: dict[str, int] = {}  # task id -> runs lost with their worker
     for task_id, state in conn.execute(
@@ -65,7 +71,7 @@ def claim_unconfirmed(
     ):
         if state == "lost":
             died[task_id] = died.get(task_id, 0) + 1
-        else:
+        elif state != "retrying":
             started.add(task_id)
     delivered = [fire.id for fire in due if fire.task_id in started]
     unseen = [fire for fire in due if fire.task_id not in started]
@@ -96,6 +102,18 @@ def claim_unconfirmed(
         )
     keys = [fire.key for fire in given_up]
     return Confirmation(again, len(delivered), len(waiting), keys, len(due))
+
+
+def reopen(conn: Connection, models: Models, task_ids: list[str], **values: Any) -> None:
+    """Put the fires of ``task_ids`` back to ``sent`` for confirmation, with ``values``
+    (``publish_after``: when to check; ``sent_at``: when its latest message was sent)."""
+    if task_ids:
+        fires = table_of(models.Fire)
+        conn.execute(
+            update(fires)
+            .where(fires.c.task_id.in_(task_ids), fires.c.state.in_(("sent", "delivered")))
+            .values(state="sent", **values)
+        )
 
 
 def _overtaken(conn: Connection, models: Models, candidates: list[Fire]) -> set[int]:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery import signals, states
 from sqlalchemy import Connection, case, insert, select, update
 
+from .confirm import reopen
 from .run_sql import finish_statement, start_statement
 from .store import Database, database_for
 from .store.dbclock import db_now
@@ -32,6 +33,7 @@ FAILURE_STATES = ("failed", "lost")
 _ROW = "gaffer_run_row"
 _STARTED = "gaffer_run_started"
 _ERROR = "gaffer_run_error"
+_RETRY_IN = "gaffer_run_retry_in"  # seconds until the retry's ETA
 #: Request attribute: ``(key, state)`` of a GafferTask run's key, read at task_prerun.
 KEY_STATE = "gaffer_prerun_key_state"
 
@@ -103,12 +105,7 @@ def mark_lost(conn: Connection, models: Models, stale_after: float) -> list[tupl
             update_schedule_facts(conn, models, row.schedule, "lost", None)
     # With delivery confirmation on, a fire whose run was lost is checked again: if its
     # message went down with the worker and the broker, it is published again.
-    fires = table_of(models.Fire)
-    conn.execute(
-        update(fires)
-        .where(fires.c.task_id.in_([row.task_id for row in stale]), fires.c.state == "delivered")
-        .values(state="sent", publish_after=db_now())
-    )
+    reopen(conn, models, [row.task_id for row in stale], publish_after=db_now())
     return [(str(row.id), row.schedule) for row in stale]
 
 
@@ -168,6 +165,21 @@ def heartbeat_for(app: Any) -> Heartbeat:
         if beat is None:
             beat = _heartbeats[key] = Heartbeat(database_for(app))
         return beat
+
+
+def request_is_fire(request: Any) -> bool:
+    """Whether the run's message was sent by the Gaffer scheduler (it carries a fire key)."""
+    return bool(getattr(request, "gaffer_key", None))
+
+
+def _seconds_until(when: Any) -> float:
+    """Seconds from now until a Retry's ``when`` (an ETA, a countdown, or None)."""
+    if isinstance(when, datetime):
+        eta = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        return max((eta - datetime.now(timezone.utc)).total_seconds(), 0.0)
+    if isinstance(when, (int, float)):
+        return max(float(when), 0.0)
+    return 0.0
 
 
 def _run_key(task: Any, args: Any, kwargs: Any) -> str | None:
@@ -252,6 +264,7 @@ class Recorder:
         if reason is not None and self._mine(sender):
             # Celery's Retry wraps the error that caused it.
             setattr(sender.request, _ERROR, getattr(reason, "exc", None) or reason)
+            setattr(sender.request, _RETRY_IN, _seconds_until(getattr(reason, "when", None)))
 
     def postrun(
         self,
@@ -299,6 +312,18 @@ class Recorder:
                 if schedule:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
                     update_schedule_facts(conn, database.models, schedule, outcome, nominal)
+                confirm_after = database.settings.confirm_delivery_after
+                if outcome == "retrying" and confirm_after is not None and request_is_fire(request):
+                    # The retry is a new message, which the broker can lose like the
+                    # first: check its fire again once the retry had time to start.
+                    wait = (getattr(request, _RETRY_IN, None) or 0.0) + confirm_after
+                    reopen(
+                        conn,
+                        database.models,
+                        [task_id],
+                        sent_at=now,
+                        publish_after=now + timedelta(seconds=wait),
+                    )
         except Exception:
             logger.exception(
                 "could not record the end of run %s",

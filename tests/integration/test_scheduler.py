@@ -515,3 +515,58 @@ def test_a_fire_whose_runs_die_with_their_workers_is_given_up_after_every_send(
     states = {key: (state, count) for key, state, count in ledger(app)}
     assert states[p_key] == ("unconfirmed", MAX_PUBLISHES)  # sent 4 times, died 4 times
     assert sent_keys(redis_url).count(p_key) == MAX_PUBLISHES
+
+
+def test_a_fire_whose_run_ended_retrying_is_published_again_when_the_retry_is_lost(
+    confirming: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    """Its first run started (delivered), failed and asked for a retry in 30 s; the retry
+    message was lost (a Redis restart). The ``retrying`` record must not count as proof
+    of delivery: once the retry's ETA and ``confirm_after`` passed and a later fire
+    started, the fire is published again; not before."""
+    import time_machine
+    from celery import states
+    from celery.exceptions import Retry
+
+    from celery_gaffer.runs import Recorder
+
+    app = confirming
+    store, scheduler, r_key = two_fires_sent(app, clock, redis_url, "r", "s")
+    start_run(app, r_key, clock)
+    clock.advance(21)
+    scheduler.tick()
+    assert {key: state for key, state, _count in ledger(app)}[r_key] == "delivered"
+    database = database_for(app)
+    runs = database.models.JobRun.__table__  # type: ignore[attr-defined]
+    with database.begin() as conn:
+        row_id = conn.execute(
+            select(runs.c.id).where(runs.c.task_id == fire_task_id(r_key))
+        ).scalar_one()
+    request = type(
+        "Request",
+        (),
+        {"gaffer_key": r_key, "gaffer_schedule": "r", "gaffer_run_row": row_id, "hostname": "w"},
+    )()
+    task = type("Task", (), {"app": app, "request": request, "name": "t.noop"})()
+    recorder = Recorder(app)
+    with time_machine.travel(clock.now, tick=False):
+        recorder.retry(sender=task, reason=Retry(exc=RuntimeError("db restarted"), when=30))
+        recorder.postrun(sender=task, task_id=fire_task_id(r_key), state=states.RETRY)
+    assert {key: state for key, state, _count in ledger(app)}[r_key] == "sent"
+    redis_client_flush(redis_url)  # the retry message is lost
+    clock.advance(1)
+    start_run(app, store.trigger("s"), clock)  # a later fire starts: r was overtaken...
+    clock.advance(40)
+    scheduler.tick()
+    assert r_key not in sent_keys(redis_url)  # ...but its retry may still be waiting
+    clock.advance(11)  # 30 s ETA + 20 s confirm_after since the retry
+    scheduler.tick()
+    assert sent_keys(redis_url).count(r_key) == 1
+    states_ = {key: (state, count) for key, state, count in ledger(app)}
+    assert states_[r_key] == ("sent", 2)
+
+
+def redis_client_flush(redis_url: str) -> None:
+    import redis as redis_client
+
+    redis_client.Redis.from_url(redis_url).flushdb()
