@@ -223,6 +223,7 @@ class Renewer:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sleeping_until = 0.0  # monotonic time the thread's current wait ends
 
     def add(self, lease: Lease) -> None:
         with self._lock:
@@ -232,7 +233,12 @@ class Renewer:
                     target=self._run, name="gaffer-lease-renewer", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()  # a shorter TTL than the current wait may have arrived
+            # Wake the thread only if this lease is due before its current wait ends
+            # (a shorter TTL); waking it for every run would cost each run a thread
+            # switch.
+            early = time.monotonic() + lease.ttl / 3 < self._sleeping_until
+        if early:
+            self._wake.set()
 
     def discard(self, lease: Lease) -> None:
         with self._lock:
@@ -256,8 +262,12 @@ class Renewer:
                 except Exception:  # noqa: BLE001 - a failed renewal must not kill the thread
                     _note_renewal_error(lease)
             live = [when for lease, when in due.items() if not lease.lost]
-            wait = min(live, default=now + 60.0) - time.monotonic()
-            self._wake.wait(max(0.0, wait))
+            with self._lock:
+                # A lease added since the snapshot saw the previous wait's end: go round
+                # again at once rather than sleep past its first renewal.
+                added = any(lease not in due for lease in self._leases)
+                self._sleeping_until = now if added else min(live, default=now + 60.0)
+            self._wake.wait(max(0.0, self._sleeping_until - time.monotonic()))
 
 
 _renewers: dict[int, Renewer] = {}

@@ -13,7 +13,13 @@ from sqlalchemy.orm import Session
 
 from ..exceptions import DatabaseUnavailable
 from ..settings import GafferSettings, settings_for
-from .engine import autocommit_connection, get_engine, read_only, session_factory
+from .engine import (
+    autocommit_connection,
+    get_engine,
+    held_connection,
+    read_only,
+    session_factory,
+)
 from .migrate import migrate
 from .models import Models, models_for
 
@@ -69,7 +75,7 @@ class Database:
         engine = get_engine(self.settings.database_url, relaxed=relaxed)
         with (
             _unavailable_as_gaffer_error(self),
-            engine.connect() as connection,
+            held_connection(engine) as connection,
         ):
             yield autocommit_connection(connection)
 
@@ -83,7 +89,7 @@ class Database:
         engine = get_engine(self.settings.database_url, leases=True)
         with (
             _unavailable_as_gaffer_error(self),
-            engine.connect() as connection,
+            held_connection(engine) as connection,
         ):
             yield autocommit_connection(connection)
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session, sessionmaker
+
+from .held import Held
 
 # Milliseconds a SQLite writer waits for the write lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -31,6 +34,11 @@ READ_ONLY = "gaffer_read_only"
 
 _lock = threading.Lock()
 _engines: dict[tuple[URL, bool, bool], Engine] = {}
+# The same engines by the URL object's identity: hashing a URL renders it as a string
+# (about 50 µs), and a run looks its engines up several times. The URL is kept in the
+# value, so its id cannot be reused while the entry exists.
+_by_identity: dict[tuple[int, bool, bool], tuple[URL, Engine]] = {}
+_held: dict[int, Held] = {}  # id(engine) -> its idle connections (autocommit pools)
 _owner_pid = os.getpid()
 
 
@@ -47,27 +55,45 @@ def get_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engi
     for ever (and no statement is spent setting that per transaction).
     """
     global _owner_pid
+    found = _by_identity.get((id(url), relaxed, leases))
+    if found is not None and found[0] is url and _owner_pid == os.getpid():
+        return found[1]
     key = (url, relaxed, leases)  # URL is an immutable, hashable named tuple
     with _lock:
         if os.getpid() != _owner_pid:
             # Inherited from the parent: drop our references without closing its sockets.
-            for inherited in _engines.values():
-                inherited.dispose(close=False)
-            _engines.clear()
+            _forget(close=False)
             _owner_pid = os.getpid()
         engine = _engines.get(key)
         if engine is None:
             engine = _create_engine(url, relaxed=relaxed, leases=leases)
             _engines[key] = engine
+            if engine.get_execution_options().get(AUTOCOMMIT_POOL):
+                _held[id(engine)] = Held(engine)
+        _by_identity[(id(url), relaxed, leases)] = (url, engine)
         return engine
+
+
+def held_connection(engine: Engine) -> AbstractContextManager[Connection]:
+    """A connection of ``engine``: one kept checked out (autocommit pools) or a new one."""
+    held = _held.get(id(engine))
+    return engine.connect() if held is None else held.connection()
 
 
 def dispose_engines(*, close: bool = True) -> None:
     """Dispose every engine of this process (``close=False`` after a fork)."""
     with _lock:
-        for engine in _engines.values():
-            engine.dispose(close=close)
-        _engines.clear()
+        _forget(close=close)
+
+
+def _forget(*, close: bool) -> None:
+    for held in _held.values():
+        held.drop(close=close)
+    for engine in _engines.values():
+        engine.dispose(close=close)
+    _engines.clear()
+    _by_identity.clear()
+    _held.clear()
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

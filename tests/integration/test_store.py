@@ -143,3 +143,42 @@ def test_concurrent_read_modify_write_transactions_lose_nothing(database_url: st
     with database.read() as conn:
         total = conn.execute(select(database.models.Lease.fence)).scalar_one()
     assert total == 400
+
+
+def test_autocommit_connections_are_kept_and_dropped_when_the_server_went_away(
+    postgres_url: str,
+) -> None:
+    """The autocommit pools keep their connections checked out between uses (no pool
+    round trip per statement); one that raised is not kept; when a statement finds the
+    server gone, the other idle connections are dropped too, so the next use works."""
+    from celery_gaffer.exceptions import DatabaseUnavailable
+
+    database = Database(GafferSettings(database_url=parse_database_url(postgres_url)))
+
+    def backend(conn: Any) -> int:
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+    with database.autocommit(relaxed=True) as first, database.autocommit(relaxed=True) as second:
+        backend(first), backend(second)
+    with database.autocommit(relaxed=True) as again:
+        assert again is first  # the same Connection object, kept checked out (LIFO)
+    with (
+        pytest.raises(Exception, match="division by zero"),
+        database.autocommit(relaxed=True) as failing,
+    ):
+        failing.execute(text("SELECT 1 / 0"))
+    assert failing.closed  # returned to the pool, not kept
+    with database.autocommit(relaxed=True) as conn, database.autocommit(relaxed=True) as other:
+        assert failing not in (conn, other)
+        kept = {backend(conn), backend(other)}
+    with get_engine(parse_database_url(postgres_url)).connect() as admin:
+        admin.execute(
+            text("SELECT pg_terminate_backend(pid) FROM unnest(:pids) AS pid"),
+            {"pids": list(kept)},
+        )
+    # The first use meets a dead connection (as any pool's would, without a pre-ping)...
+    with pytest.raises(DatabaseUnavailable), database.autocommit(relaxed=True) as conn:
+        backend(conn)
+    # ...and the other idle one, dead as well, is not handed out after it.
+    with database.autocommit(relaxed=True) as conn:
+        assert backend(conn) not in kept

@@ -399,3 +399,39 @@ def test_a_key_completed_while_a_fenced_run_worked_makes_its_commit_a_duplicate(
     worker.join(30)
     assert effects(app) == []
     assert run_states(app, "t.kc") == ["duplicate"]
+
+
+def test_the_renewer_wakes_for_a_shorter_ttl_and_only_then() -> None:
+    """The renewer thread sleeps until its earliest renewal. A lease with a shorter TTL
+    added meanwhile wakes it (else it would miss its renewals); one due later does not
+    (a thread switch per run saved). Real threads and time, generous bounds."""
+    from celery_gaffer.leases import Lease, Renewer
+
+    class Client:
+        def __init__(self) -> None:
+            self.renewed: list[str] = []
+
+        def renew(self, lease: Lease) -> bool:
+            self.renewed.append(lease.name)
+            return True
+
+    client = Client()
+    renewer = Renewer()
+    slow = Lease(name="slow", fence=1, ttl=300.0, client=client)  # type: ignore[arg-type]
+    renewer.add(slow)
+    deadline = time.monotonic() + 5
+    while renewer._sleeping_until < time.monotonic() + 60 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the thread is now asleep until slow's renewal, 100 s away
+    assert renewer._sleeping_until > time.monotonic() + 60
+    woken = threading.Event()
+    original_set = renewer._wake.set
+    renewer._wake.set = lambda: (woken.set(), original_set())[1]  # type: ignore[method-assign]
+    renewer.add(Lease(name="later", fence=1, ttl=600.0, client=client))  # type: ignore[arg-type]
+    assert not woken.is_set()
+    renewer.add(Lease(name="fast", fence=1, ttl=0.3, client=client))  # type: ignore[arg-type]
+    assert woken.is_set()
+    while client.renewed.count("fast") < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.renewed.count("fast") >= 3  # every 0.1 s, not after 100 s
+    assert "slow" not in client.renewed
+    assert "later" not in client.renewed
