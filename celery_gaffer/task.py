@@ -136,6 +136,7 @@ class GafferTask(Task):  # type: ignore[misc]
             request.gaffer_run_key = run.key
             request.gaffer_run_fence = run.last_fence
             run.close()
+            request.gaffer_releasing = run.releasing
             current_run.reset(token)
 
     # -- the API a task body uses -------------------------------------------------------

@@ -435,3 +435,51 @@ def test_the_renewer_wakes_for_a_shorter_ttl_and_only_then() -> None:
     assert client.renewed.count("fast") >= 3  # every 0.1 s, not after 100 s
     assert "slow" not in client.renewed
     assert "later" not in client.renewed
+
+
+def lease_owner(app: Celery, name: str) -> str | None:
+    return LeaseClient(database_for(app)).owner_of(name)
+
+
+def test_a_lease_let_go_of_is_freed_with_the_run_end_record_or_soon_after(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the end of its block a lease stops fencing the run's writes. It is freed by
+    the statement that records the run's end (PostgreSQL: no round trip of its own), or
+    by the renewer within RELEASE_WITHIN seconds while the run goes on; a second block
+    on the same name in the same process takes it again at once."""
+    from celery_gaffer.leases import RELEASE_WITHIN
+
+    separate: list[str] = []
+    original = LeaseClient.release
+
+    def counting(self: LeaseClient, lease: Any) -> None:
+        separate.append(lease.name)
+        original(self, lease)
+
+    monkeypatch.setattr(LeaseClient, "release", counting)
+    seen: dict[str, Any] = {}
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.blocks")
+    def blocks(self: GafferTask) -> None:
+        with self.lease("first") as first:
+            seen["first"] = first.fence
+        with self.lease("first") as again:  # not in its own way
+            seen["again"] = again.fence
+        deadline = time.monotonic() + 10 * RELEASE_WITHIN + 5
+        while lease_owner(app, "first") is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen["freed while running"] = lease_owner(app, "first") is None
+        with self.lease("last"):
+            with self.session() as s:
+                s.add(Effect(label="under last"))
+
+    blocks.apply().get()
+    assert seen["again"] == seen["first"] + 1
+    assert seen["freed while running"]
+    assert lease_owner(app, "last") is None  # freed by the time the run has ended
+    if database_for(app).dialect == "postgresql":
+        # "first" (block 1) before re-acquiring it, "first" (block 2) by the renewer;
+        # "last" with the run's end record, not on its own.
+        assert separate == ["first", "first"]
+    assert run_states(app, "t.blocks") == ["succeeded"]
