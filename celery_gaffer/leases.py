@@ -334,21 +334,21 @@ def release_quietly(lease: Lease) -> None:
     """Free ``lease``, logging a failure (its TTL frees it anyway)."""
     try:
         lease.client.release(lease)
-    except Exception:
-        logger.warning(
-            "could not release lease %s (fence %d); it expires with its TTL",
-            lease.name,
-            lease.fence,
-            exc_info=True,
-            extra={"action": "lease_release_failed", "lease": lease.name},
-        )
+    except Exception:  # noqa: BLE001 - logged; its TTL frees it anyway
+        _warn(lease, "release", "it expires with its TTL")
 
 
 def _note_renewal_error(lease: Lease) -> None:
+    _warn(lease, "renew", "retrying")
+
+
+def _warn(lease: Lease, operation: str, then: str) -> None:
     logger.warning(
-        "could not renew lease %s (fence %d); retrying",
+        "could not %s lease %s (fence %d); %s",
+        operation,
         lease.name,
         lease.fence,
+        then,
         exc_info=True,
-        extra={"action": "lease_renew_failed", "lease": lease.name},
+        extra={"action": f"lease_{operation}_failed", "lease": lease.name},
     )

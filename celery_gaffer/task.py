@@ -210,7 +210,10 @@ class GafferTask(Task):  # type: ignore[misc]
         """Hold the fenced lease ``name`` (renewed in the background) for the block.
 
         Raises :class:`LeaseHeld` when another live holder has it. While held, every
-        :meth:`session` commit of this run is fenced by it.
+        :meth:`session` commit of this run is fenced by it. When the block ends it is
+        let go of: no longer renewed nor fencing, and freed with the run's end record
+        or within ``RELEASE_WITHIN`` seconds, whichever comes first (see
+        *Leases and fencing*).
         """
         run = require_run()
         lease = self._take(run, name, ttl=ttl)

@@ -196,4 +196,10 @@ def test_a_batch_run_killed_half_way_resumes_and_handles_every_row_once(
     assert processed() == rows
     states = run_states(client, "tproj.batch")
     assert states[0] == "running"  # the killed delivery (lost, until Beat marks it)
-    assert states[-1] == "succeeded"
+    # One delivery finished the work. A later one is possible: a resumed run longer than
+    # the broker's visibility timeout (8 s here) is delivered again; its key makes it
+    # a duplicate that does nothing.
+    assert states.count("succeeded") == 1
+    done = states.index("succeeded")
+    assert set(states[1:done]) <= {"retrying"}
+    assert set(states[done + 1 :]) <= {"duplicate"}

@@ -470,9 +470,8 @@ def test_a_lease_let_go_of_is_freed_with_the_run_end_record_or_soon_after(
         while lease_owner(app, "first") is not None and time.monotonic() < deadline:
             time.sleep(0.01)
         seen["freed while running"] = lease_owner(app, "first") is None
-        with self.lease("last"):
-            with self.session() as s:
-                s.add(Effect(label="under last"))
+        with self.lease("last"), self.session() as s:
+            s.add(Effect(label="under last"))
 
     blocks.apply().get()
     assert seen["again"] == seen["first"] + 1
