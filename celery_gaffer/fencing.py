@@ -43,8 +43,6 @@ class RunContext:
     leases: list[Lease] = field(default_factory=list)
     outcome: str | None = None
     last_fence: int | None = None
-    #: Leases let go of and not yet freed: the run's end record frees them with it.
-    releasing: list[Lease] = field(default_factory=list)
 
     @property
     def fence(self) -> int | None:
@@ -53,7 +51,6 @@ class RunContext:
 
     def acquire(self, name: str, ttl: float, *, steal: bool = False) -> Lease:
         client = LeaseClient(self.database)
-        renewer().release_now(name)  # this process's own hold, let go of just now
         lease = client.acquire(name, self.owner, ttl, steal=steal)
         self.leases.append(lease)
         self.last_fence = lease.fence
@@ -61,21 +58,21 @@ class RunContext:
         return lease
 
     def release(self, lease: Lease) -> None:
-        """Let go of ``lease``: no write of this run is fenced by it any more, and it is
-        freed within :data:`~celery_gaffer.leases.RELEASE_WITHIN` seconds (with the
-        run's end record when that comes first: one round trip fewer)."""
+        renewer().discard(lease)
         if lease in self.leases:
             self.leases.remove(lease)
-        if lease.lost:
-            renewer().discard(lease)
-            return
-        self.releasing.append(lease)
-        renewer().release_soon(lease)
+        if not lease.lost:
+            LeaseClient(self.database).release(lease)
 
     def close(self) -> None:
-        """Let go of every lease still held."""
+        """Stop renewing and release every lease still held (best effort)."""
         for lease in list(reversed(self.leases)):
-            self.release(lease)
+            try:
+                self.release(lease)
+            except Exception:  # noqa: BLE001 - an expired lease frees itself anyway
+                renewer().discard(lease)
+                if lease in self.leases:
+                    self.leases.remove(lease)
 
     def seal(self, conn: Connection, claim: str | None) -> bool:
         """Fence-check every held lease and claim the key, in ``conn``'s transaction.

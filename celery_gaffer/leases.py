@@ -31,10 +31,7 @@ from .store.statements import prebuilt
 
 logger = logging.getLogger("celery_gaffer.leases")
 
-RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)  # lease_until of a freed lease
-#: Seconds within which a lease its holder let go is freed: at the run's end, in the
-#: statement that records it, if that comes first; else by the renewer thread.
-RELEASE_WITHIN = 0.1
+_RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # The TTL parameter of the prebuilt statements, in seconds.
 _TTL = bindparam("ttl", type_=Float())
 
@@ -105,7 +102,7 @@ def release(
         if skip_locked:
             free = select(table.c.name).where(*where).with_for_update(skip_locked=True)
             where.append(table.c.name.in_(free.scalar_subquery()))
-        return update(table).where(*where).values(owner=None, lease_until=RELEASED)
+        return update(table).where(*where).values(owner=None, lease_until=_RELEASED)
 
     statement = prebuilt((models.prefix, "lease_release", skip_locked), build)
     return conn.execute(statement, {"b_name": name, "b_fence": fence}).rowcount == 1
@@ -219,15 +216,10 @@ class Renewer:
     A lease whose renewal finds its fence stale is marked ``lost``; the run then stops
     at its next check or commit with :class:`FenceLost`. Shared by every run of the
     process (:func:`renewer`), so that a run does not start and join a thread.
-
-    It also frees leases whose holder let go (:meth:`release_soon`): the run's end
-    takes them first (:meth:`take`) and frees them in the statement that records it;
-    one still waiting after :data:`RELEASE_WITHIN` seconds is freed by the thread.
     """
 
     def __init__(self) -> None:
         self._leases: list[Lease] = []
-        self._releasing: dict[Lease, float] = {}  # lease -> monotonic release deadline
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -253,42 +245,6 @@ class Renewer:
             if lease in self._leases:
                 self._leases.remove(lease)
 
-    def release_soon(self, lease: Lease) -> None:
-        """Stop renewing ``lease`` and free it within :data:`RELEASE_WITHIN` seconds."""
-        with self._lock:
-            if lease in self._leases:
-                self._leases.remove(lease)
-            self._releasing[lease] = time.monotonic() + RELEASE_WITHIN
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="gaffer-lease-renewer", daemon=True
-                )
-                self._thread.start()
-            early = time.monotonic() + RELEASE_WITHIN < self._sleeping_until
-        if early:
-            self._wake.set()
-
-    def take(self, lease: Lease) -> bool:
-        """Take ``lease`` off the release queue: True if the caller must now free it."""
-        with self._lock:
-            return self._releasing.pop(lease, None) is not None
-
-    def release_now(self, name: str) -> None:
-        """Free at once this process's queued releases of ``name`` (before acquiring it:
-        a process must not find itself in its own way)."""
-        with self._lock:
-            mine = [lease for lease in self._releasing if lease.name == name]
-        for lease in mine:
-            if self.take(lease):
-                lease.client.release(lease)
-
-    def _release_due(self, now: float) -> None:
-        with self._lock:
-            due = [lease for lease, when in self._releasing.items() if when <= now]
-        for lease in due:
-            if self.take(lease):  # else the run's end took it
-                release_quietly(lease)
-
     def _run(self) -> None:
         due: dict[Lease, float] = {}  # lease -> monotonic time of its next renewal
         while True:
@@ -305,13 +261,11 @@ class Renewer:
                     lease.client.renew(lease)
                 except Exception:  # noqa: BLE001 - a failed renewal must not kill the thread
                     _note_renewal_error(lease)
-            self._release_due(time.monotonic())
             live = [when for lease, when in due.items() if not lease.lost]
             with self._lock:
                 # A lease added since the snapshot saw the previous wait's end: go round
                 # again at once rather than sleep past its first renewal.
                 added = any(lease not in due for lease in self._leases)
-                live.extend(self._releasing.values())
                 self._sleeping_until = now if added else min(live, default=now + 60.0)
             self._wake.wait(max(0.0, self._sleeping_until - time.monotonic()))
 
@@ -330,25 +284,11 @@ def renewer() -> Renewer:
         return current
 
 
-def release_quietly(lease: Lease) -> None:
-    """Free ``lease``, logging a failure (its TTL frees it anyway)."""
-    try:
-        lease.client.release(lease)
-    except Exception:  # noqa: BLE001 - logged; its TTL frees it anyway
-        _warn(lease, "release", "it expires with its TTL")
-
-
 def _note_renewal_error(lease: Lease) -> None:
-    _warn(lease, "renew", "retrying")
-
-
-def _warn(lease: Lease, operation: str, then: str) -> None:
     logger.warning(
-        "could not %s lease %s (fence %d); %s",
-        operation,
+        "could not renew lease %s (fence %d); retrying",
         lease.name,
         lease.fence,
-        then,
         exc_info=True,
-        extra={"action": f"lease_{operation}_failed", "lease": lease.name},
+        extra={"action": "lease_renew_failed", "lease": lease.name},
     )

@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 
-from .leases import RELEASED
 from .store.dbclock import db_now
 from .store.models import Models, table_of
 from .store.statements import prebuilt
@@ -46,42 +45,20 @@ def start_statement(models: Models, *, with_key_state: bool) -> Any:
     return prebuilt((models.prefix, "run_start", with_key_state), build)
 
 
-def finish_statement(models: Models, columns: Iterable[str], *, release: bool = False) -> Any:
+def finish_statement(models: Models, columns: Iterable[str]) -> Any:
     """``UPDATE`` the run row ``:b_row_id``, setting ``columns`` from parameters ``b_<column>``.
 
     (An ``UPDATE``'s parameters may not be named like its columns.)
-
-    ``release`` (PostgreSQL): the same statement also frees the lease ``:b_lease_name``
-    if its fence is still ``:b_lease_fence`` and no transaction has its row locked right
-    now, and returns how many leases it freed (0 or 1; on 0 the caller frees it the
-    waiting way).
     """
     names = tuple(sorted(columns))
 
     def build() -> Any:
         table = table_of(models.JobRun)
         values: dict[str, Any] = {name: bindparam("b_" + name) for name in names}
-        statement = (
+        return (
             update(table)
             .where(table.c.id == bindparam("b_row_id"))
             .values(**values, updated_at=db_now())
         )
-        if not release:
-            return statement
-        leases = table_of(models.Lease)
-        mine = [
-            leases.c.name == bindparam("b_lease_name"),
-            leases.c.fence == bindparam("b_lease_fence"),
-        ]
-        free = select(leases.c.name).where(*mine).with_for_update(skip_locked=True)
-        released = (
-            update(leases)
-            .where(*mine, leases.c.name.in_(free.scalar_subquery()))
-            .values(owner=None, lease_until=RELEASED)
-            .returning(leases.c.name)
-            .cte("released")
-        )
-        freed = select(func.count()).select_from(released).scalar_subquery()
-        return statement.add_cte(released).returning(freed)
 
-    return prebuilt((models.prefix, "run_finish", names, release), build)
+    return prebuilt((models.prefix, "run_finish", names), build)

@@ -22,7 +22,6 @@ from celery import signals, states
 from sqlalchemy import Connection, case, insert, select, update
 
 from .confirm import reopen
-from .leases import release_quietly, renewer
 from .run_sql import finish_statement, start_statement
 from .store import Database, database_for
 from .store.dbclock import db_now
@@ -304,25 +303,12 @@ class Recorder:
             values["error_type"] = type(error).__name__[:255]
             values["error_message"] = str(error)[:ERROR_LENGTH]
         schedule = getattr(request, "gaffer_schedule", None)
-        # Leases the run let go of and nobody freed yet: the first is freed by the
-        # statement that records the run's end (PostgreSQL), any other on its own.
-        releasing = [
-            lease for lease in getattr(request, "gaffer_releasing", ()) if renewer().take(lease)
-        ]
-        merged = None
         try:
             database = self.database
-            if releasing and database.dialect == "postgresql":
-                merged = releasing.pop(0)
-            statement = finish_statement(database.models, values, release=merged is not None)
-            params = {"b_" + name: value for name, value in values.items()}
-            params["b_row_id"] = row_id
-            if merged is not None:
-                params.update(b_lease_name=merged.name, b_lease_fence=merged.fence)
+            statement = finish_statement(database.models, values)
             with database.autocommit(relaxed=True) as conn:
-                result = conn.execute(statement, params)
-                if merged is not None and result.scalar():
-                    merged = None  # freed
+                params = {"b_" + name: value for name, value in values.items()}
+                conn.execute(statement, {**params, "b_row_id": row_id})
                 if schedule:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
                     update_schedule_facts(conn, database.models, schedule, outcome, nominal)
@@ -344,10 +330,6 @@ class Recorder:
                 task_id,
                 extra={"action": "run_record_failed", "task_id": task_id},
             )
-        # Not freed above (its row was locked, its fence is stale, or the statement
-        # failed): the waiting form, on its own.
-        for lease in [merged, *releasing] if merged is not None else releasing:
-            release_quietly(lease)
 
     def revoked(
         self, sender: Any = None, request: Any = None, terminated: bool = False, **_: Any

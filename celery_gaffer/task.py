@@ -136,7 +136,6 @@ class GafferTask(Task):  # type: ignore[misc]
             request.gaffer_run_key = run.key
             request.gaffer_run_fence = run.last_fence
             run.close()
-            request.gaffer_releasing = run.releasing
             current_run.reset(token)
 
     # -- the API a task body uses -------------------------------------------------------
@@ -210,10 +209,7 @@ class GafferTask(Task):  # type: ignore[misc]
         """Hold the fenced lease ``name`` (renewed in the background) for the block.
 
         Raises :class:`LeaseHeld` when another live holder has it. While held, every
-        :meth:`session` commit of this run is fenced by it. When the block ends it is
-        let go of: no longer renewed nor fencing, and freed with the run's end record
-        or within ``RELEASE_WITHIN`` seconds, whichever comes first (see
-        *Leases and fencing*).
+        :meth:`session` commit of this run is fenced by it.
         """
         run = require_run()
         lease = self._take(run, name, ttl=ttl)
