@@ -224,10 +224,12 @@ class Renewer:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._sleeping_until = 0.0  # monotonic time the thread's current wait ends
+        self._first_due: dict[Lease, float] = {}  # a third of its TTL after it was added
 
     def add(self, lease: Lease) -> None:
         with self._lock:
             self._leases.append(lease)
+            first_due = self._first_due[lease] = time.monotonic() + lease.ttl / 3
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="gaffer-lease-renewer", daemon=True
@@ -236,7 +238,7 @@ class Renewer:
             # Wake the thread only if this lease is due before its current wait ends
             # (a shorter TTL); waking it for every run would cost each run a thread
             # switch.
-            early = time.monotonic() + lease.ttl / 3 < self._sleeping_until
+            early = first_due < self._sleeping_until
         if early:
             self._wake.set()
 
@@ -244,6 +246,7 @@ class Renewer:
         with self._lock:
             if lease in self._leases:
                 self._leases.remove(lease)
+            self._first_due.pop(lease, None)
 
     def _run(self) -> None:
         due: dict[Lease, float] = {}  # lease -> monotonic time of its next renewal
@@ -251,8 +254,9 @@ class Renewer:
             self._wake.clear()  # before the snapshot: a lease added after it wakes the wait
             with self._lock:
                 leases = list(self._leases)
+                first_due = dict(self._first_due)
             now = time.monotonic()
-            due = {lease: due.get(lease, now + lease.ttl / 3) for lease in leases}
+            due = {lease: due.get(lease, first_due.get(lease, now)) for lease in leases}
             for lease in leases:
                 if lease.lost or due[lease] > now:
                     continue

@@ -56,7 +56,11 @@ class Held:
         if conn.in_transaction():
             # SQLAlchemy's own marker of the autobegun block: the database itself has no
             # transaction open (each statement committed), so this sends nothing.
-            conn.rollback()
+            try:
+                conn.rollback()
+            except Exception:  # noqa: BLE001 - the statements are done; just don't keep it
+                conn.close()
+                return
         with self.lock:
             if generation == self.generation and len(self.idle) < MAX_IDLE:
                 self.idle.append(conn)

@@ -435,3 +435,28 @@ def test_the_renewer_wakes_for_a_shorter_ttl_and_only_then() -> None:
     assert client.renewed.count("fast") >= 3  # every 0.1 s, not after 100 s
     assert "slow" not in client.renewed
     assert "later" not in client.renewed
+
+
+def test_a_lease_added_while_the_renewer_sleeps_is_renewed_a_third_of_its_ttl_after_it() -> None:
+    """Not woken for a lease with the same TTL, the thread must still renew it a third
+    of its TTL after it was added (about 2 s here), not a third of its TTL after the
+    thread next looks (about 4 s). Real threads and time; bounds of a second."""
+    from celery_gaffer.leases import Lease, Renewer
+
+    renewed: dict[str, float] = {}
+
+    class Client:
+        def renew(self, lease: Lease) -> bool:
+            renewed.setdefault(lease.name, time.monotonic())
+            return True
+
+    renewer = Renewer()
+    renewer.add(Lease(name="a", fence=1, ttl=6.0, client=Client()))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while renewer._sleeping_until < time.monotonic() + 1.5 and time.monotonic() < deadline:
+        time.sleep(0.01)  # asleep until a's renewal, about 2 s away
+    added = time.monotonic()
+    renewer.add(Lease(name="b", fence=1, ttl=6.0, client=Client()))  # type: ignore[arg-type]
+    while "b" not in renewed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert 1.5 < renewed["b"] - added < 3.0
