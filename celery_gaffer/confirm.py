@@ -111,7 +111,10 @@ def reopen(conn: Connection, models: Models, task_ids: list[str], **values: Any)
         fires = table_of(models.Fire)
         conn.execute(
             update(fires)
-            .where(fires.c.task_id.in_(task_ids), fires.c.state.in_(("sent", "delivered")))
+            .where(
+                matches(conn, fires.c.task_id, task_ids, "str"),
+                fires.c.state.in_(("sent", "delivered")),
+            )
             .values(state="sent", **values)
         )
 

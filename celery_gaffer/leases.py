@@ -219,17 +219,15 @@ class Renewer:
     """
 
     def __init__(self) -> None:
-        self._leases: list[Lease] = []
+        self._due: dict[Lease, float] = {}  # lease -> monotonic time of its next renewal
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._sleeping_until = 0.0  # monotonic time the thread's current wait ends
-        self._first_due: dict[Lease, float] = {}  # a third of its TTL after it was added
 
     def add(self, lease: Lease) -> None:
         with self._lock:
-            self._leases.append(lease)
-            first_due = self._first_due[lease] = time.monotonic() + lease.ttl / 3
+            due = self._due[lease] = time.monotonic() + lease.ttl / 3
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="gaffer-lease-renewer", daemon=True
@@ -238,39 +236,33 @@ class Renewer:
             # Wake the thread only if this lease is due before its current wait ends
             # (a shorter TTL); waking it for every run would cost each run a thread
             # switch.
-            early = first_due < self._sleeping_until
+            early = due < self._sleeping_until
         if early:
             self._wake.set()
 
     def discard(self, lease: Lease) -> None:
         with self._lock:
-            if lease in self._leases:
-                self._leases.remove(lease)
-            self._first_due.pop(lease, None)
+            self._due.pop(lease, None)
 
     def _run(self) -> None:
-        due: dict[Lease, float] = {}  # lease -> monotonic time of its next renewal
         while True:
-            self._wake.clear()  # before the snapshot: a lease added after it wakes the wait
-            with self._lock:
-                leases = list(self._leases)
-                first_due = dict(self._first_due)
+            self._wake.clear()  # before the wait is computed: a later add() wakes it
             now = time.monotonic()
-            due = {lease: due.get(lease, first_due.get(lease, now)) for lease in leases}
-            for lease in leases:
-                if lease.lost or due[lease] > now:
+            with self._lock:
+                todo = [lease for lease, when in self._due.items() if when <= now]
+                for lease in todo:
+                    self._due[lease] = now + lease.ttl / 3
+            for lease in todo:
+                if lease.lost:
                     continue
-                due[lease] = now + lease.ttl / 3
                 try:
                     lease.client.renew(lease)
                 except Exception:  # noqa: BLE001 - a failed renewal must not kill the thread
                     _note_renewal_error(lease)
-            live = [when for lease, when in due.items() if not lease.lost]
             with self._lock:
-                # A lease added since the snapshot saw the previous wait's end: go round
-                # again at once rather than sleep past its first renewal.
-                added = any(lease not in due for lease in self._leases)
-                self._sleeping_until = now if added else min(live, default=now + 60.0)
+                # Leases added meanwhile are in the map: none sleeps past its renewal.
+                live = [when for lease, when in self._due.items() if not lease.lost]
+                self._sleeping_until = min(live, default=now + 60.0)
             self._wake.wait(max(0.0, self._sleeping_until - time.monotonic()))
 
 

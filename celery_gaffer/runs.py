@@ -167,11 +167,6 @@ def heartbeat_for(app: Any) -> Heartbeat:
         return beat
 
 
-def request_is_fire(request: Any) -> bool:
-    """Whether the run's message was sent by the Gaffer scheduler (it carries a fire key)."""
-    return bool(getattr(request, "gaffer_key", None))
-
-
 def _seconds_until(when: Any) -> float:
     """Seconds from now until a Retry's ``when`` (an ETA, a countdown, or None)."""
     if isinstance(when, datetime):
@@ -313,7 +308,8 @@ class Recorder:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
                     update_schedule_facts(conn, database.models, schedule, outcome, nominal)
                 confirm_after = database.settings.confirm_delivery_after
-                if outcome == "retrying" and confirm_after is not None and request_is_fire(request):
+                fire = getattr(request, "gaffer_key", None)  # sent by the Gaffer scheduler
+                if outcome == "retrying" and confirm_after is not None and fire:
                     # The retry is a new message, which the broker can lose like the
                     # first: check its fire again once the retry had time to start.
                     wait = (getattr(request, _RETRY_IN, None) or 0.0) + confirm_after
