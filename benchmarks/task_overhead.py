@@ -83,11 +83,12 @@ BATCH_SIZE = 1000
 TARGET_TASKS = 0.6  # GafferTask >= 0.6 x plain task rate
 TARGET_BATCHES = 0.9  # run_batches >= 0.9 x hand-written loop
 
-VARIANTS = ("plain", "gaffer", "gaffer+lease")
+VARIANTS = ("plain", "gaffer", "gaffer+lease", "gaffer+overlap")
 TASK_OF = {
     "plain": "bench.plain_insert",
     "gaffer": "bench.gaffer_insert",
     "gaffer+lease": "bench.gaffer_lease_insert",
+    "gaffer+overlap": "bench.gaffer_overlap_insert",
 }
 
 ROWS_DDL = """
@@ -213,6 +214,19 @@ def make_app(dbname: str) -> Any:
         with self.lease(LEASE_NAME), self.session() as s:
             s.execute(
                 insert(rows).values(variant="gaffer+lease", n=n, tag=tag, task_id=self.request.id)
+            )
+
+    @app.task(
+        base=celery_gaffer.GafferTask,
+        bind=True,
+        gaffer_key="orow:{n}",
+        gaffer_overlap="forbid",
+        name=TASK_OF["gaffer+overlap"],
+    )
+    def gaffer_overlap_insert(self: Any, n: int, tag: str) -> None:
+        with self.session() as s:
+            s.execute(
+                insert(rows).values(variant="gaffer+overlap", n=n, tag=tag, task_id=self.request.id)
             )
 
     @app.task(name="bench.report")
@@ -744,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
                   " between: broker fetch/ack and Celery between tasks")  # fmt: skip
             for problem in res["problems"]:
                 print(f"  CHECK FAILED: {problem}")
-            for v in ("gaffer", "gaffer+lease"):
+            for v in ("gaffer", "gaffer+lease", "gaffer+overlap"):
                 # the verdict uses the paired median (robust to load from elsewhere)
                 ratio = res["variants"][v]["paired_median"]
                 ok = ratio >= TARGET_TASKS

@@ -11,6 +11,9 @@ with AlreadyProcessed).
 from __future__ import annotations
 
 import contextvars
+import os
+import secrets
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,13 +50,21 @@ class RunContext:
     @property
     def fence(self) -> int | None:
         """The fence of the run's newest lease (recorded with its writes)."""
-        return self.leases[-1].fence if self.leases else None
+        return self.leases[-1].token if self.leases else None
 
     def acquire(self, name: str, ttl: float, *, steal: bool = False) -> Lease:
         client = LeaseClient(self.database)
-        lease = client.acquire(name, self.owner, ttl, steal=steal)
+        return self._hold(client.acquire(name, self.owner, ttl, steal=steal))
+
+    def adopt(self, name: str, fence: int, ttl: float) -> Lease:
+        """Hold a lease acquired for this run by its start record (see :mod:`.run_leases`)."""
+        client = LeaseClient(self.database)
+        durable = self.database.dialect != "postgresql"
+        return self._hold(Lease(name, fence, ttl, client, owner=self.owner, durable=durable))
+
+    def _hold(self, lease: Lease) -> Lease:
         self.leases.append(lease)
-        self.last_fence = lease.fence
+        self.last_fence = lease.token
         renewer().add(lease)
         return lease
 
@@ -64,8 +75,18 @@ class RunContext:
         if not lease.lost:
             LeaseClient(self.database).release(lease)
 
-    def close(self) -> None:
-        """Stop renewing and release every lease still held (best effort)."""
+    def close(self, *, defer: bool = False) -> list[Lease]:
+        """Stop renewing and release every lease still held (best effort).
+
+        ``defer``: release none of them; return those the caller must release (the
+        run's end record does, in its own statement).
+        """
+        if defer:
+            held = [lease for lease in reversed(self.leases) if not lease.lost]
+            for lease in self.leases:
+                renewer().discard(lease)
+            self.leases.clear()
+            return held
         for lease in list(reversed(self.leases)):
             try:
                 self.release(lease)
@@ -73,6 +94,7 @@ class RunContext:
                 renewer().discard(lease)
                 if lease in self.leases:
                     self.leases.remove(lease)
+        return []
 
     def seal(self, conn: Connection, claim: str | None) -> bool:
         """Fence-check every held lease and claim the key, in ``conn``'s transaction.
@@ -94,22 +116,32 @@ class RunContext:
             # The last fence check and the claim in one round trip.
             *others, last = self.leases
             for lease in others:
-                check_fence(conn, models, lease.name, lease.fence)
+                check_fence(conn, models, lease.name, lease.token, lease.owner)
             fenced_claim_key(
                 conn,
                 models,
-                (last.name, last.fence),
+                (last.name, last.token, last.owner),
                 self.key,
                 self.task_id,
                 complete=complete,
             )
             return True
         for lease in self.leases:
-            check_fence(conn, models, lease.name, lease.fence)
+            check_fence(conn, models, lease.name, lease.token, lease.owner)
         if not claiming or self.key is None:
             return False
         claim_key(conn, models, self.key, self.task_id, self.fence, complete=complete)
         return True
+
+    def sealed(self, claim: str | None) -> None:
+        """A commit sealed by :meth:`seal` succeeded (``claim``: what it did to the key).
+
+        The commit was durable, and so is every acquisition of the run's leases before it.
+        """
+        if claim is not None:
+            self.key_state = COMPLETED if claim == "complete" else CLAIMED
+        for lease in self.leases:
+            lease.durable = True
 
 
 _factories: dict[int, sessionmaker[Session]] = {}
@@ -141,8 +173,15 @@ def _before_commit(session: Session) -> None:
 def _after_commit(session: Session) -> None:
     run: RunContext | None = session.info.get(RUN_INFO)
     claimed = session.info.pop("gaffer_claimed", None)
-    if run is not None and claimed is not None:
-        run.key_state = COMPLETED if claimed == "complete" else CLAIMED
+    if run is not None:
+        run.sealed(claimed)
+
+
+def new_owner(hostname: str | None, task_id: str) -> str:
+    """The lease owner of one delivery: unique even to two deliveries of one task id at
+    once in one process (every lease check matches it; see :mod:`.leases`)."""
+    owner = f"{hostname or socket.gethostname()}:{os.getpid()}:{task_id}:{secrets.token_hex(4)}"
+    return owner[-255:]  # the column's length; the unique part is at the end
 
 
 def require_run() -> RunContext:

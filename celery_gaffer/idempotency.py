@@ -46,7 +46,7 @@ def claim_key(
 def fenced_claim_key(
     conn: Connection,
     models: Models,
-    lease: tuple[str, int],
+    lease: tuple[str, int, str],
     key: str,
     task_id: str,
     *,
@@ -58,9 +58,10 @@ def fenced_claim_key(
     so the row locks are taken in the same order as the two statements would take them:
     lease row, then key row. Raises FenceLost, or AlreadyProcessed.
     """
-    name, fence = lease
+    name, fence, owner = lease
     statement = _claim_statement(models, conn.dialect.name, complete=complete, fenced=True)
     params = {"key": key, "task_id": task_id, "fence": fence, "lease_name": name}
+    params["lease_owner"] = owner
     fenced, claimed = conn.execute(statement, params).one()
     if not fenced:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
@@ -71,8 +72,9 @@ def fenced_claim_key(
 def _claim_statement(models: Models, dialect_name: str, *, complete: bool, fenced: bool) -> Any:
     """The claim upsert (parameters ``key``, ``task_id``, ``fence``), built once.
 
-    ``fenced`` (PostgreSQL): the upsert only inserts while the lease ``lease_name`` holds
-    ``fence``, locking its row first; the statement returns (fenced, claimed) counts.
+    ``fenced`` (PostgreSQL): the upsert only inserts while ``fence`` and ``lease_owner``
+    hold the lease ``lease_name``, locking its row first; the statement returns
+    (fenced, claimed) counts.
     """
 
     def build() -> Any:
@@ -91,7 +93,11 @@ def _claim_statement(models: Models, dialect_name: str, *, complete: bool, fence
             leases = table_of(models.Lease)
             locked = (
                 select(leases.c.fence)
-                .where(leases.c.name == bindparam("lease_name"), leases.c.fence == values["fence"])
+                .where(
+                    leases.c.name == bindparam("lease_name"),
+                    leases.c.fence == values["fence"],
+                    leases.c.owner == bindparam("lease_owner"),
+                )
                 .with_for_update()
                 .cte("gaffer_fence")
             )

@@ -5,6 +5,13 @@ A lease row is ``(name, owner, fence, lease_until)``. Every acquisition incremen
 it tries is rejected by :func:`check_fence` in the write's own transaction (Kleppmann's
 fencing token, checked by the storage itself).
 
+On PostgreSQL the lease statements commit without waiting for the disk. A crash of the
+server can then lose an acquisition, and the fence number it had handed out can be given
+again to the next holder. That is harmless because every check also matches ``owner``
+(unique to one acquisition), and because the fence reaches the outside world only once
+it is durable: a fenced commit (a durable commit flushes the log up to itself, so every
+earlier acquisition with it), or :meth:`Lease.fence`, which makes it durable first.
+
 The functions here run inside a transaction the caller owns; :class:`LeaseClient` wraps
 each operation in its own short transaction.
 """
@@ -15,7 +22,6 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -31,7 +37,7 @@ from .store.statements import prebuilt
 
 logger = logging.getLogger("celery_gaffer.leases")
 
-_RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)
+RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)  # lease_until of a freed lease
 # The TTL parameter of the prebuilt statements, in seconds.
 _TTL = bindparam("ttl", type_=Float())
 
@@ -44,10 +50,17 @@ def acquire(
     One statement: insert on first use, otherwise increment the fence where
     ``lease_until < now`` by the database's clock. Returns None when a live holder has it.
     """
+    upsert = acquire_statement(models, conn.dialect.name, steal=steal)
+    fence = conn.execute(upsert, {"name": name, "owner": owner, "ttl": float(ttl)}).scalar()
+    return None if fence is None else int(fence)
+
+
+def acquire_statement(models: Models, dialect_name: str, *, steal: bool) -> Any:
+    """The acquiring upsert (parameters ``name``, ``owner``, ``ttl``), returning the fence."""
 
     def build() -> Any:
         table = table_of(models.Lease)
-        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        dialect = postgresql if dialect_name == "postgresql" else sqlite
         statement = dialect.insert(table).values(
             name=bindparam("name"),
             owner=bindparam("owner"),
@@ -66,31 +79,41 @@ def acquire(
             where=None if steal else table.c.lease_until < db_now(),
         ).returning(table.c.fence)
 
-    upsert = prebuilt((models.prefix, "lease_acquire", conn.dialect.name, steal), build)
-    fence = conn.execute(upsert, {"name": name, "owner": owner, "ttl": float(ttl)}).scalar()
-    return None if fence is None else int(fence)
+    return prebuilt((models.prefix, "lease_acquire", dialect_name, steal), build)
 
 
-def renew(conn: Connection, models: Models, name: str, fence: int, ttl: float) -> bool:
-    """Extend the lease if ``fence`` is still current; False means it was taken over."""
+def held_by(table: Any, prefix: str = "b_") -> list[Any]:
+    """The lease row ``:b_name`` while ``:b_fence`` and ``:b_owner`` hold it (``prefix``
+    names the parameters)."""
+    return [
+        table.c.name == bindparam(prefix + "name"),
+        table.c.fence == bindparam(prefix + "fence"),
+        table.c.owner == bindparam(prefix + "owner"),
+    ]
+
+
+def renew(conn: Connection, models: Models, name: str, fence: int, owner: str, ttl: float) -> bool:
+    """Extend the lease if ``fence`` (and ``owner``) still hold it; False: it was taken over."""
 
     def build() -> Any:
         table = table_of(models.Lease)
-        return (
-            update(table)
-            .where(table.c.name == bindparam("b_name"), table.c.fence == bindparam("b_fence"))
-            .values(lease_until=db_now(_TTL))
-        )
+        return update(table).where(*held_by(table)).values(lease_until=db_now(_TTL))
 
     statement = prebuilt((models.prefix, "lease_renew"), build)
-    result = conn.execute(statement, {"b_name": name, "b_fence": fence, "ttl": float(ttl)})
-    return result.rowcount == 1
+    params = {"b_name": name, "b_fence": fence, "b_owner": owner, "ttl": float(ttl)}
+    return conn.execute(statement, params).rowcount == 1
 
 
 def release(
-    conn: Connection, models: Models, name: str, fence: int, *, skip_locked: bool = False
+    conn: Connection,
+    models: Models,
+    name: str,
+    fence: int,
+    owner: str,
+    *,
+    skip_locked: bool = False,
 ) -> bool:
-    """Free the lease at once, if ``fence`` is still current (the fence itself is kept).
+    """Free the lease at once, if ``fence`` and ``owner`` still hold it (the fence is kept).
 
     ``skip_locked`` (PostgreSQL): do nothing rather than wait when another transaction
     has the row locked right now. Returns whether a row was released.
@@ -98,18 +121,19 @@ def release(
 
     def build() -> Any:
         table = table_of(models.Lease)
-        where = [table.c.name == bindparam("b_name"), table.c.fence == bindparam("b_fence")]
+        where = held_by(table)
         if skip_locked:
             free = select(table.c.name).where(*where).with_for_update(skip_locked=True)
             where.append(table.c.name.in_(free.scalar_subquery()))
-        return update(table).where(*where).values(owner=None, lease_until=_RELEASED)
+        return update(table).where(*where).values(owner=None, lease_until=RELEASED)
 
     statement = prebuilt((models.prefix, "lease_release", skip_locked), build)
-    return conn.execute(statement, {"b_name": name, "b_fence": fence}).rowcount == 1
+    params = {"b_name": name, "b_fence": fence, "b_owner": owner}
+    return conn.execute(statement, params).rowcount == 1
 
 
-def check_fence(conn: Connection, models: Models, name: str, fence: int) -> None:
-    """Lock the lease row if ``fence`` is current, or raise :class:`FenceLost`.
+def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: str) -> None:
+    """Lock the lease row if ``fence`` (and ``owner``) hold it, or raise :class:`FenceLost`.
 
     Run it in the transaction of the writes it protects: on PostgreSQL ``FOR UPDATE``
     holds the row until commit, so no contender can take the lease between this check
@@ -118,33 +142,61 @@ def check_fence(conn: Connection, models: Models, name: str, fence: int) -> None
 
     def build() -> Any:
         table = table_of(models.Lease)
-        return (
-            select(table.c.fence)
-            .where(table.c.name == bindparam("name"), table.c.fence == bindparam("fence"))
-            .with_for_update()
-        )
+        return select(table.c.fence).where(*held_by(table)).with_for_update()
 
     statement = prebuilt((models.prefix, "lease_check"), build)
-    if conn.execute(statement, {"name": name, "fence": fence}).first() is None:
+    params = {"b_name": name, "b_fence": fence, "b_owner": owner}
+    if conn.execute(statement, params).first() is None:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
 
 
-@dataclass(eq=False)
 class Lease:
-    """A lease held by this process: ``fence`` fences every write made under it."""
+    """A lease held by this process: its fence fences every write made under it.
 
-    name: str
-    fence: int
-    ttl: float
-    client: LeaseClient = field(repr=False)
-    lost: bool = False
+    ``token`` is the fence as acquired. On PostgreSQL it may not be durable yet (see the
+    module's notes); :attr:`fence` makes it durable before handing it out.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fence: int,
+        ttl: float,
+        client: LeaseClient,
+        *,
+        owner: str = "",
+        durable: bool = True,
+    ) -> None:
+        self.name = name
+        self.token = fence
+        self.ttl = ttl
+        self.client = client
+        self.owner = owner
+        self.durable = durable
+        self.lost = False
+
+    def __repr__(self) -> str:
+        return f"Lease(name={self.name!r}, fence={self.token}, ttl={self.ttl}, lost={self.lost})"
+
+    @property
+    def fence(self) -> int:
+        """The fencing token, durable: no other holder can ever be given the same one.
+
+        Read it to tag writes made outside the run's fenced sessions. The first read
+        before any fenced commit of the run costs one durable round trip.
+        """
+        if not self.durable:
+            self.check()
+        return self.token
 
     def check(self) -> None:
         """Raise :class:`FenceLost` unless the fence is still current (a locking read)."""
         if self.lost:
             raise FenceLost(f"lease {self.name!r}: renewal failed; the lease was taken over")
         with self.client.database.begin() as conn:
-            check_fence(conn, self.client.database.models, self.name, self.fence)
+            check_fence(conn, self.client.database.models, self.name, self.token, self.owner)
+        # The row lock made the commit durable, and with it the acquisition before it.
+        self.durable = True
 
 
 class LeaseClient:
@@ -164,14 +216,15 @@ class LeaseClient:
                 fence = acquire(conn, self.database.models, name, owner, ttl, steal=steal)
         except OperationalError as exc:
             # A lock timeout: the holder is inside a transaction on that row right now.
-            if _is_lock_timeout(exc):
+            if is_lock_timeout(exc):
                 raise LeaseHeld(f"lease {name!r} is busy (its row is locked)") from exc
             raise
         if fence is None:
             raise LeaseHeld(
                 f"lease {name!r} is held by another live holder", owner=self.owner_of(name)
             )
-        return Lease(name=name, fence=fence, ttl=ttl, client=self)
+        durable = self.database.dialect != "postgresql"  # see the module's notes
+        return Lease(name, fence, ttl, self, owner=owner, durable=durable)
 
     def owner_of(self, name: str) -> str | None:
         """Who holds ``name`` now (a plain read: for messages and decisions, not fencing)."""
@@ -183,9 +236,11 @@ class LeaseClient:
     def renew(self, lease: Lease) -> bool:
         try:
             with self.database.leases() as conn:
-                ok = renew(conn, self.database.models, lease.name, lease.fence, lease.ttl)
+                ok = renew(
+                    conn, self.database.models, lease.name, lease.token, lease.owner, lease.ttl
+                )
         except OperationalError as exc:
-            if _is_lock_timeout(exc):
+            if is_lock_timeout(exc):
                 return True  # someone is checking our fence right now; try again later
             raise
         if not ok:
@@ -199,13 +254,13 @@ class LeaseClient:
             # for the disk (a crash can only cost the early release), and it skips a row
             # another transaction has locked, falling back to the waiting form below.
             with self.database.autocommit(relaxed=True) as conn:
-                if release(conn, models, lease.name, lease.fence, skip_locked=True):
+                if release(conn, models, lease.name, lease.token, lease.owner, skip_locked=True):
                     return
         with self.database.leases() as conn:
-            release(conn, models, lease.name, lease.fence)
+            release(conn, models, lease.name, lease.token, lease.owner)
 
 
-def _is_lock_timeout(exc: OperationalError) -> bool:
+def is_lock_timeout(exc: OperationalError) -> bool:
     code = getattr(exc.orig, "sqlstate", None)
     return code == "55P03" or "lock timeout" in str(exc.orig).lower()
 
@@ -284,7 +339,7 @@ def _note_renewal_error(lease: Lease) -> None:
     logger.warning(
         "could not renew lease %s (fence %d); retrying",
         lease.name,
-        lease.fence,
+        lease.token,
         exc_info=True,
         extra={"action": "lease_renew_failed", "lease": lease.name},
     )

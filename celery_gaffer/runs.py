@@ -22,6 +22,13 @@ from celery import signals, states
 from sqlalchemy import Connection, case, insert, select, update
 
 from .confirm import reopen
+from .run_leases import (
+    RELEASE_AT_END,
+    finish_releasing,
+    overlap_to_take,
+    release_quietly,
+    start_taking,
+)
 from .run_sql import finish_statement, start_statement
 from .store import Database, database_for
 from .store.dbclock import db_now
@@ -36,6 +43,11 @@ _ERROR = "gaffer_run_error"
 _RETRY_IN = "gaffer_run_retry_in"  # seconds until the retry's ETA
 #: Request attribute: ``(key, state)`` of a GafferTask run's key, read at task_prerun.
 KEY_STATE = "gaffer_prerun_key_state"
+
+
+def records_end(request: Any, database: Database) -> bool:
+    """Whether task_postrun will record this run's end (and can free its leases with it)."""
+    return database.dialect == "postgresql" and getattr(request, _ROW, None) is not None
 
 
 def connect(app: Any) -> None:
@@ -236,9 +248,20 @@ class Recorder:
                 "worker": request.hostname,
                 "run_key": key,
             }
-            statement = start_statement(database.models, with_key_state=key is not None)
-            with database.autocommit(relaxed=True) as conn:
-                row = conn.execute(statement, params).one()
+            overlap = overlap_to_take(task, database)
+            if overlap is not None:
+                # The run's overlap lease is taken by the same statement.
+                row = start_taking(
+                    database,
+                    params,
+                    with_key_state=key is not None,
+                    overlap=overlap,
+                    request=request,
+                )
+            else:
+                statement = start_statement(database.models, with_key_state=key is not None)
+                with database.autocommit(relaxed=True) as conn:
+                    row = conn.execute(statement, params).one()
             row_id = row[0]
             if key is not None:
                 setattr(request, KEY_STATE, (key, row[1]))
@@ -298,12 +321,18 @@ class Recorder:
             values["error_type"] = type(error).__name__[:255]
             values["error_message"] = str(error)[:ERROR_LENGTH]
         schedule = getattr(request, "gaffer_schedule", None)
+        # Leases the run left held: the statement that records its end frees them.
+        held: list[Any] = getattr(request, RELEASE_AT_END, None) or []
+        setattr(request, RELEASE_AT_END, None)
         try:
             database = self.database
-            statement = finish_statement(database.models, values)
             with database.autocommit(relaxed=True) as conn:
-                params = {"b_" + name: value for name, value in values.items()}
-                conn.execute(statement, {**params, "b_row_id": row_id})
+                if held:
+                    held = finish_releasing(conn, database, values, row_id, held)
+                else:
+                    params = {"b_" + name: value for name, value in values.items()}
+                    statement = finish_statement(database.models, values)
+                    conn.execute(statement, {**params, "b_row_id": row_id})
                 if schedule:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
                     update_schedule_facts(conn, database.models, schedule, outcome, nominal)
@@ -326,6 +355,8 @@ class Recorder:
                 task_id,
                 extra={"action": "run_record_failed", "task_id": task_id},
             )
+        finally:
+            release_quietly(held)
 
     def revoked(
         self, sender: Any = None, request: Any = None, terminated: bool = False, **_: Any

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -39,10 +37,18 @@ from .exceptions import (
     InvalidInput,
     LeaseHeld,
 )
-from .fencing import RunContext, current_run, fenced_sessions, require_run, run_info
+from .fencing import (
+    RunContext,
+    current_run,
+    fenced_sessions,
+    new_owner,
+    require_run,
+    run_info,
+)
 from .idempotency import COMPLETED, key_state
 from .leases import Lease
-from .runs import KEY_STATE
+from .run_leases import RELEASE_AT_END, TAKEN, Taken
+from .runs import KEY_STATE, records_end
 from .store import Database, database_for
 from .validation import OVERLAP_POLICIES, validate_key
 
@@ -91,14 +97,18 @@ class GafferTask(Task):  # type: ignore[misc]
         # The key and its state, read with the run record at task_prerun (if installed).
         known: tuple[str, str | None] | None = getattr(request, KEY_STATE, None)
         task_id = request.id or str(uuid.uuid4())
+        # The overlap lease, when task_prerun's start record took it (see run_leases).
+        taken: Taken | None = getattr(request, TAKEN, None)
         run = RunContext(
             database=database,
             task_id=task_id,
-            owner=f"{request.hostname or socket.gethostname()}:{os.getpid()}:{task_id}",
+            owner=taken.owner if taken is not None else new_owner(request.hostname, task_id),
             key=known[0] if known is not None else self._run_key(args, kwargs),
         )
         token = current_run.set(run)
         try:
+            if taken is not None and taken.fence is not None:
+                run.adopt(taken.name, taken.fence, taken.ttl)
             if run.key is not None:
                 if known is not None:
                     run.key_state = known[1]
@@ -108,10 +118,13 @@ class GafferTask(Task):  # type: ignore[misc]
                 if run.key_state == COMPLETED:
                     return self._end_without_work(run, "duplicate")
             overlap = self._overlap_lease()
-            if overlap is not None:
+            if overlap is not None and not any(lease.name == overlap[0] for lease in run.leases):
                 name, policy = overlap
+                wait = self.gaffer_overlap_wait
                 try:
-                    self._take(run, name, steal=policy == "replace", wait=self.gaffer_overlap_wait)
+                    if taken is not None and taken.name == name and wait <= 0:
+                        raise LeaseHeld(f"lease {name!r} is held by another live holder")
+                    self._take(run, name, steal=policy == "replace", wait=wait)
                 except LeaseHeld:
                     return self._end_without_work(run, "skipped")
             return super().__call__(*args, **kwargs)
@@ -135,7 +148,11 @@ class GafferTask(Task):  # type: ignore[misc]
             # Kept on the request for the run record written at task_postrun.
             request.gaffer_run_key = run.key
             request.gaffer_run_fence = run.last_fence
-            run.close()
+            if records_end(request, database):
+                # Freed by the statement that records the run's end, a moment from now.
+                setattr(request, RELEASE_AT_END, run.close(defer=True))
+            else:
+                run.close()
             current_run.reset(token)
 
     # -- the API a task body uses -------------------------------------------------------
@@ -200,9 +217,8 @@ class GafferTask(Task):  # type: ignore[misc]
         with run.database.engine.connect() as conn:
             with conn.begin():
                 yield conn
-                run.seal(conn, "complete")
-            if run.key is not None:
-                run.key_state = COMPLETED
+                claimed = run.seal(conn, "complete")
+            run.sealed("complete" if claimed else None)
 
     @contextmanager
     def lease(self, name: str, ttl: float | None = None) -> Iterator[Lease]:

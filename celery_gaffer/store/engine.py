@@ -52,7 +52,9 @@ def get_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engi
     ``leases``: a third engine for lease statements, each its own transaction: on
     PostgreSQL its sessions wait at most :data:`LEASE_LOCK_TIMEOUT_MS` for a row lock, so a
     holder paused inside a transaction on a lease row delays a contender briefly, never
-    for ever (and no statement is spent setting that per transaction).
+    for ever (and no statement is spent setting that per transaction). Its commits do
+    not wait for the disk either: every fence check also matches the lease's owner, and a
+    fence is made durable before it is handed out (see :mod:`celery_gaffer.leases`).
     """
     global _owner_pid
     found = _by_identity.get((id(url), relaxed, leases))
@@ -120,7 +122,9 @@ def _create_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> 
     if relaxed:
         connect_args["options"] = "-c synchronous_commit=off"
     elif leases:
-        connect_args["options"] = f"-c lock_timeout={LEASE_LOCK_TIMEOUT_MS}"
+        connect_args["options"] = (
+            f"-c lock_timeout={LEASE_LOCK_TIMEOUT_MS} -c synchronous_commit=off"
+        )
     # No pre-ping (a round trip per checkout): a connection lost to a restart fails on
     # use, SQLAlchemy then discards the whole pool, and callers retry (Beat's next tick,
     # a GafferTask's database retry). The relaxed and lease engines only ever run

@@ -324,14 +324,14 @@ def test_a_contender_gives_up_on_a_lease_row_locked_by_a_paused_commit(postgres_
     with database.begin() as conn:
         # Idle in its transaction on purpose, whatever the database's default says.
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-        check_fence(conn, database.models, "locked", lease.fence)  # the commit in flight
+        check_fence(conn, database.models, "locked", lease.token, lease.owner)  # in flight
         started = time.monotonic()
         with pytest.raises(LeaseHeld, match="busy"):
             client.acquire("locked", "contender", 30, steal=True)
         waited = time.monotonic() - started
     assert LEASE_LOCK_TIMEOUT_MS / 1000 * 0.9 <= waited < LEASE_LOCK_TIMEOUT_MS / 1000 + 5
     # Once the holder's transaction ends the row is free again: the steal succeeds.
-    assert client.acquire("locked", "contender", 30, steal=True).fence == lease.fence + 1
+    assert client.acquire("locked", "contender", 30, steal=True).token == lease.token + 1
     app.close()
 
 

@@ -1,0 +1,119 @@
+"""A run's overlap lease, taken with its start record and freed with its end record.
+
+A GafferTask run with an overlap policy (``forbid`` or ``replace``) holds the lease
+``overlap:...`` for its whole run. On PostgreSQL the statement that records the run's
+start also acquires that lease (a data-modifying CTE), and the statement that records
+its end also frees it: the lease costs the run no round trip of its own. Both run on
+the lease engine (``lock_timeout``, commits that do not wait for the disk; see
+:mod:`.leases`).
+
+The receivers in :mod:`.runs` call these; :class:`~celery_gaffer.task.GafferTask`
+adopts the lease taken at ``task_prerun`` and leaves it held at the end of the run when
+``task_postrun`` will free it. When the start record could not take it (a lock timeout,
+an error, SQLite), the run acquires and releases the lease itself as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from .exceptions import GafferError
+from .fencing import new_owner
+from .leases import Lease, is_lock_timeout
+from .run_sql import finish_statement, start_statement
+from .store import Database
+
+logger = logging.getLogger("celery_gaffer.runs")
+
+#: Request attribute: the :class:`Taken` lease of the run, set at task_prerun.
+TAKEN = "gaffer_prerun_lease"
+#: Request attribute: leases the run left held for task_postrun to free.
+RELEASE_AT_END = "gaffer_release_at_end"
+
+
+class Taken(NamedTuple):
+    """The overlap lease the start record tried to take (``fence`` None: held by another)."""
+
+    name: str
+    fence: int | None
+    owner: str
+    ttl: float
+
+
+def overlap_to_take(task: Any, database: Database) -> tuple[str, bool] | None:
+    """``(lease name, steal)`` of ``task``'s overlap lease, when its start record can take it."""
+    overlap_of = getattr(task, "_overlap_lease", None)
+    if overlap_of is None or database.dialect != "postgresql":
+        return None
+    try:
+        overlap = overlap_of()
+    except GafferError:
+        return None  # the run itself reports a bad policy, with its field
+    if overlap is None:
+        return None
+    name, policy = overlap
+    return name, policy == "replace"
+
+
+def start_taking(
+    database: Database,
+    params: dict[str, Any],
+    *,
+    with_key_state: bool,
+    overlap: tuple[str, bool],
+    request: Any,
+) -> Any:
+    """Record the run's start and take its overlap lease in one statement; the row.
+
+    Sets :data:`TAKEN` on ``request``. On a lock timeout (a holder is committing on the
+    lease row right now) records the start alone and leaves the lease to the run.
+    """
+    name, steal = overlap
+    owner = new_owner(request.hostname, params["task_id"])
+    ttl = float(database.settings.lease_ttl)
+    statement = start_statement(database.models, with_key_state=with_key_state, acquire=steal)
+    try:
+        with database.leases() as conn:
+            taking = {**params, "name": name, "owner": owner, "ttl": ttl}
+            row = conn.execute(statement, taking).one()
+    except OperationalError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        plain = start_statement(database.models, with_key_state=with_key_state)
+        with database.autocommit(relaxed=True) as conn:
+            return conn.execute(plain, params).one()
+    fence = row[-1]
+    setattr(request, TAKEN, Taken(name, None if fence is None else int(fence), owner, ttl))
+    return row
+
+
+def finish_releasing(
+    conn: Connection, database: Database, values: dict[str, Any], row_id: Any, held: list[Lease]
+) -> list[Lease]:
+    """Record the run's end, freeing ``held[0]`` in the same statement; the leases still
+    to free (the others, and the first when its row was locked right then)."""
+    lease, *others = held
+    statement = finish_statement(database.models, values, release=True)
+    params = {"b_" + name: value for name, value in values.items()}
+    params.update(b_row_id=row_id, l_name=lease.name, l_fence=lease.token, l_owner=lease.owner)
+    freed = conn.execute(statement, params).scalar()
+    return others if freed else held
+
+
+def release_quietly(leases: list[Lease]) -> None:
+    """Free ``leases`` the waiting way, logging failures (their TTL frees them anyway)."""
+    for lease in leases:
+        try:
+            lease.client.release(lease)
+        except Exception:
+            logger.warning(
+                "could not release lease %s (fence %d); it expires with its TTL",
+                lease.name,
+                lease.token,
+                exc_info=True,
+                extra={"action": "lease_release_failed", "lease": lease.name},
+            )
