@@ -182,8 +182,10 @@ class Lease:
     def fence(self) -> int:
         """The fencing token, durable: no other holder can ever be given the same one.
 
-        Read it to tag writes made outside the run's fenced sessions. The first read
-        before any fenced commit of the run costs one durable round trip.
+        Read it to tag writes made outside the run's fenced sessions. On PostgreSQL the
+        first read before the run's first fenced commit runs :meth:`check` (one round
+        trip that waits for the disk), and so raises :class:`FenceLost` if the lease is
+        no longer this run's.
         """
         if not self.durable:
             self.check()

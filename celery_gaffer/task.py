@@ -103,12 +103,13 @@ class GafferTask(Task):  # type: ignore[misc]
             database=database,
             task_id=task_id,
             owner=taken.owner if taken is not None else new_owner(request.hostname, task_id),
-            key=known[0] if known is not None else self._run_key(args, kwargs),
         )
         token = current_run.set(run)
         try:
             if taken is not None and taken.fence is not None:
+                # Adopted first: whatever happens next, the end of the run frees it.
                 run.adopt(taken.name, taken.fence, taken.ttl)
+            run.key = known[0] if known is not None else self._run_key(args, kwargs)
             if run.key is not None:
                 if known is not None:
                     run.key_state = known[1]

@@ -222,3 +222,23 @@ def test_a_start_record_that_times_out_on_a_locked_lease_row_still_records_the_r
     with database.read() as conn:
         states = list(conn.execute(select(runs.state).order_by(runs.id)).scalars())
     assert states == ["succeeded", "skipped"]
+
+
+def test_a_run_that_fails_before_its_body_still_frees_the_overlap_lease_its_start_took(
+    app: Celery,
+) -> None:
+    @app.task(
+        base=GafferTask,
+        bind=True,
+        shared=False,
+        name="t.badkey",
+        gaffer_key="bad:{missing}",
+        gaffer_overlap="forbid",
+    )
+    def badkey(self: GafferTask) -> None:
+        raise AssertionError("the body must not run")
+
+    result = badkey.apply()
+    assert isinstance(result.result, celery_gaffer.InvalidInput)
+    owner, fence, held = lease_row(app, "overlap:task:t.badkey")
+    assert (owner, fence, held) == (None, 1, False)
