@@ -112,7 +112,7 @@ def run_batches(
             if rows:
                 value = key(rows[-1])
             conn = session.connection()
-            save_cursor(conn, models, cursor, value, len(rows), run.fence)
+            save_cursor(conn, models, cursor, value, len(rows), run.token)
             record_progress(conn, models, run.task_id, processed + len(rows), value)
             if caught_up:
                 # The batch that catches up completes the key with its own writes.

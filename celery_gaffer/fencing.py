@@ -46,10 +46,18 @@ class RunContext:
     leases: list[Lease] = field(default_factory=list)
     outcome: str | None = None
     last_fence: int | None = None
+    #: Every lease the run acquired, released or not.
+    acquired: list[Lease] = field(default_factory=list)
 
     @property
     def fence(self) -> int | None:
-        """The fence of the run's newest lease (recorded with its writes)."""
+        """The fence of the run's newest lease, durable (see :attr:`Lease.fence`)."""
+        return self.leases[-1].fence if self.leases else None
+
+    @property
+    def token(self) -> int | None:
+        """The fence of the run's newest lease as acquired (for writes the run's own
+        fenced commit makes durable)."""
         return self.leases[-1].token if self.leases else None
 
     def acquire(self, name: str, ttl: float, *, steal: bool = False) -> Lease:
@@ -63,10 +71,22 @@ class RunContext:
         return self._hold(Lease(name, fence, ttl, client, owner=self.owner, durable=durable))
 
     def _hold(self, lease: Lease) -> Lease:
+        self.acquired.append(lease)
         self.leases.append(lease)
         self.last_fence = lease.token
         renewer().add(lease)
         return lease
+
+    def lost_to_a_crash(self) -> bool:
+        """Whether a FenceLost of this run came from a server crash that lost one of its
+        acquisitions (not from another holder taking a lease over): then nobody else
+        does the run's work, and the run is worth trying again."""
+        try:
+            return any(
+                not lease.durable and lease.client.vanished(lease) for lease in self.acquired
+            )
+        except Exception:  # noqa: BLE001 - the database is still away: not decidable now
+            return False
 
     def release(self, lease: Lease) -> None:
         renewer().discard(lease)
@@ -130,7 +150,7 @@ class RunContext:
             check_fence(conn, models, lease.name, lease.token, lease.owner)
         if not claiming or self.key is None:
             return False
-        claim_key(conn, models, self.key, self.task_id, self.fence, complete=complete)
+        claim_key(conn, models, self.key, self.task_id, self.token, complete=complete)
         return True
 
     def sealed(self, claim: str | None) -> None:

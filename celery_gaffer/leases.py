@@ -25,7 +25,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, Float, bindparam, select, update
+from sqlalchemy import Connection, Float, bindparam, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
@@ -55,19 +55,27 @@ def acquire(
     return None if fence is None else int(fence)
 
 
-def acquire_statement(models: Models, dialect_name: str, *, steal: bool) -> Any:
-    """The acquiring upsert (parameters ``name``, ``owner``, ``ttl``), returning the fence."""
+def acquire_statement(models: Models, dialect_name: str, *, steal: bool, unless: Any = None) -> Any:
+    """The acquiring upsert (parameters ``name``, ``owner``, ``ttl``), returning the fence.
+
+    ``unless``: a SQL condition under which nothing is acquired (no row is returned).
+    """
 
     def build() -> Any:
         table = table_of(models.Lease)
         dialect = postgresql if dialect_name == "postgresql" else sqlite
-        statement = dialect.insert(table).values(
-            name=bindparam("name"),
-            owner=bindparam("owner"),
-            fence=1,
-            lease_until=db_now(_TTL),
-            acquired_at=db_now(),
-        )
+        values = {
+            "name": bindparam("name", type_=table.c.name.type),
+            "owner": bindparam("owner", type_=table.c.owner.type),
+            "fence": literal(1, table.c.fence.type),
+            "lease_until": db_now(_TTL),
+            "acquired_at": db_now(),
+        }
+        if unless is None:
+            statement = dialect.insert(table).values(**values)
+        else:
+            source = select(*(value.label(name) for name, value in values.items()))
+            statement = dialect.insert(table).from_select(list(values), source.where(~unless))
         return statement.on_conflict_do_update(
             index_elements=[table.c.name],
             set_={
@@ -79,6 +87,8 @@ def acquire_statement(models: Models, dialect_name: str, *, steal: bool) -> Any:
             where=None if steal else table.c.lease_until < db_now(),
         ).returning(table.c.fence)
 
+    if unless is not None:
+        return build()  # the caller builds it once
     return prebuilt((models.prefix, "lease_acquire", dialect_name, steal), build)
 
 
@@ -227,6 +237,19 @@ class LeaseClient:
             )
         durable = self.database.dialect != "postgresql"  # see the module's notes
         return Lease(name, fence, ttl, self, owner=owner, durable=durable)
+
+    def vanished(self, lease: Lease) -> bool:
+        """Whether ``lease``'s acquisition is gone from the row, as only a crash of the
+        server can make it (fences only grow): no row, a lower fence, or the same fence
+        given to another owner. A plain read, for deciding what a FenceLost means."""
+        table = table_of(self.database.models.Lease)
+        with self.database.read() as conn:
+            row = conn.execute(
+                select(table.c.owner, table.c.fence).where(table.c.name == lease.name)
+            ).first()
+        if row is None or row.fence < lease.token:
+            return True
+        return bool(row.fence == lease.token and row.owner != lease.owner)
 
     def owner_of(self, name: str) -> str | None:
         """Who holds ``name`` now (a plain read: for messages and decisions, not fencing)."""

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 
 from .exceptions import GafferError
 from .fencing import new_owner
-from .leases import Lease, is_lock_timeout
+from .leases import Lease, LeaseClient, is_lock_timeout
 from .run_sql import finish_statement, start_statement
 from .store import Database
 
@@ -89,6 +89,20 @@ def start_taking(
     fence = row[-1]
     setattr(request, TAKEN, Taken(name, None if fence is None else int(fence), owner, ttl))
     return row
+
+
+def left_held(request: Any, database: Database) -> list[Lease]:
+    """The leases task_postrun frees with the run's end record: those the run left held,
+    and a lease the start record took for a run whose ``__call__`` never ran (a
+    ``before_start`` that raised, say)."""
+    held: list[Lease] = getattr(request, RELEASE_AT_END, None) or []
+    setattr(request, RELEASE_AT_END, None)
+    taken: Taken | None = getattr(request, TAKEN, None)
+    setattr(request, TAKEN, None)
+    if taken is not None and taken.fence is not None:
+        client = LeaseClient(database)
+        held.append(Lease(taken.name, taken.fence, taken.ttl, client, owner=taken.owner))
+    return held
 
 
 def finish_releasing(

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, exists, func, insert, select, update
 
+from .idempotency import COMPLETED
 from .leases import RELEASED, acquire_statement, held_by
 from .store.dbclock import db_now
 from .store.models import Models, table_of
@@ -23,7 +24,8 @@ def start_statement(models: Models, *, with_key_state: bool, acquire: bool | Non
 
     ``acquire`` (PostgreSQL; True: stealing): the same statement also acquires the lease
     ``:name`` for ``:owner`` (parameters of :func:`~celery_gaffer.leases.acquire`) and
-    returns its fence last, NULL when a live holder has it.
+    returns its fence last: NULL when a live holder has it, or when the key ``:run_key``
+    is completed (that delivery is a duplicate; pass ``run_key`` None without a key).
     """
 
     def build() -> Any:
@@ -42,7 +44,12 @@ def start_statement(models: Models, *, with_key_state: bool, acquire: bool | Non
             )
         statement = insert(table)
         if acquire is not None:
-            acquired = acquire_statement(models, "postgresql", steal=acquire).cte("acquired")
+            # Not for a delivery whose key is already completed: it will do nothing, and
+            # must not take (or steal) the lease from a run that does work.
+            keys = table_of(models.IdempotencyKey)
+            done = exists().where(keys.c.key == bindparam("run_key"), keys.c.state == COMPLETED)
+            acquired = acquire_statement(models, "postgresql", steal=acquire, unless=done)
+            acquired = acquired.cte("acquired")
             statement = statement.add_cte(acquired)
             returning.append(select(acquired.c.fence).scalar_subquery())
         values: dict[str, Any] = {name: bindparam(name) for name in START_COLUMNS}

@@ -23,8 +23,8 @@ from sqlalchemy import Connection, case, insert, select, update
 
 from .confirm import reopen
 from .run_leases import (
-    RELEASE_AT_END,
     finish_releasing,
+    left_held,
     overlap_to_take,
     release_quietly,
     start_taking,
@@ -322,8 +322,7 @@ class Recorder:
             values["error_message"] = str(error)[:ERROR_LENGTH]
         schedule = getattr(request, "gaffer_schedule", None)
         # Leases the run left held: the statement that records its end frees them.
-        held: list[Any] = getattr(request, RELEASE_AT_END, None) or []
-        setattr(request, RELEASE_AT_END, None)
+        held = left_held(request, self.database)
         try:
             database = self.database
             with database.autocommit(relaxed=True) as conn:

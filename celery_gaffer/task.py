@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from celery import Task
+from celery import Task, signals
+from celery.app.trace import task_has_custom
+from celery.backends.base import DisabledBackend
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -99,6 +101,7 @@ class GafferTask(Task):  # type: ignore[misc]
         task_id = request.id or str(uuid.uuid4())
         # The overlap lease, when task_prerun's start record took it (see run_leases).
         taken: Taken | None = getattr(request, TAKEN, None)
+        setattr(request, TAKEN, None)  # from here on, this run frees it
         run = RunContext(
             database=database,
             task_id=task_id,
@@ -131,25 +134,21 @@ class GafferTask(Task):  # type: ignore[misc]
             return super().__call__(*args, **kwargs)
         except AlreadyProcessed:
             return self._end_without_work(run, "duplicate")
-        except FenceLost:
-            self._set_outcome(run, "fence_lost")
-            raise
+        except FenceLost as exc:
+            if request.called_directly or request.is_eager or not run.lost_to_a_crash():
+                self._set_outcome(run, "fence_lost")
+                raise
+            # The server crashed and lost the acquisition: nobody else has the work.
+            raise self._retry_transient(exc) from exc
         except (DBAPIError, DatabaseUnavailable) as exc:
             if not _is_transient(exc) or request.called_directly or request.is_eager:
                 raise
-            # The database restarted or failed over: try the whole run again later. The
-            # key and the fences make the repeat safe.
-            retries = request.retries or 0
-            raise self.retry(
-                exc=exc,
-                countdown=min(2.0**retries, 30.0),
-                max_retries=self.gaffer_database_retries,
-            ) from exc
+            raise self._retry_transient(exc) from exc
         finally:
             # Kept on the request for the run record written at task_postrun.
             request.gaffer_run_key = run.key
             request.gaffer_run_fence = run.last_fence
-            if records_end(request, database):
+            if records_end(request, database) and self._ends_quietly(request):
                 # Freed by the statement that records the run's end, a moment from now.
                 setattr(request, RELEASE_AT_END, run.close(defer=True))
             else:
@@ -346,6 +345,14 @@ class GafferTask(Task):  # type: ignore[misc]
                     raise
                 time.sleep(0.25)
 
+    def _retry_transient(self, exc: Exception) -> Any:
+        # The database restarted or failed over: try the whole run again later. The key
+        # and the fences make the repeat safe.
+        retries = self.request.retries or 0
+        return self.retry(
+            exc=exc, countdown=min(2.0**retries, 30.0), max_retries=self.gaffer_database_retries
+        )
+
     def _retry_later(self, database: Database) -> Any:
         # Not max_retries=None: Celery reads that as "the task's default" (3). The live
         # holder finishes or its lease expires within a TTL, so this ends.
@@ -358,6 +365,23 @@ class GafferTask(Task):  # type: ignore[misc]
             soft = limits[1]
         soft = soft or self.soft_time_limit or self.app.conf.task_soft_time_limit
         return 0.8 * float(soft) if soft else None
+
+    def _ends_quietly(self, request: Any) -> bool:
+        """Whether Celery does nothing between the end of this call and task_postrun that
+        another worker or a client could see: no linked or chained task is sent, no
+        result is stored, no handler of the task's runs and no task_success receiver.
+        Only then may the run's leases be freed by its end record, at task_postrun."""
+        links = ("callbacks", "errbacks", "chain", "chord", "group")
+        if any(getattr(request, name, None) for name in links):
+            return False
+        explicit = vars(request).get("ignore_result")  # Context's class default is False
+        stored = not (self.ignore_result if explicit is None else explicit)
+        if stored and not isinstance(self.backend, DisabledBackend):
+            return False
+        handlers = ("on_success", "on_failure", "on_retry", "after_return")
+        if any(task_has_custom(self, name) for name in handlers):
+            return False
+        return not signals.task_success.receivers
 
     def _set_outcome(self, run: RunContext, outcome: str) -> None:
         run.outcome = outcome

@@ -15,15 +15,19 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from celery import Celery
-from sqlalchemy import select
+from celery import Celery, states
+from celery.app.trace import build_tracer
+from sqlalchemy import select, text
 
-from celery_gaffer import FenceLost
+import celery_gaffer
+from celery_gaffer import FenceLost, GafferTask
 from celery_gaffer.leases import LeaseClient, check_fence
 from celery_gaffer.store import Database, database_for, dispose_engines
 from celery_gaffer.store.models import table_of
@@ -160,3 +164,34 @@ def test_a_fence_read_or_a_fenced_commit_makes_the_acquisition_survive_a_crash(
     cluster.crash()
     assert lease_row(database, "read-then-crash") == ("reader", fence)
     assert lease_row(database, "commit-then-crash") == ("committer", committed.token)
+
+
+def test_a_run_whose_acquisition_a_crash_lost_is_tried_again_not_failed(
+    cluster: Cluster, database: Database
+) -> None:
+    """Its commit fails the fence check (the acquisition is gone), but nobody else holds
+    the lease or does the work: the run is retried, as after any database outage. A lease
+    taken over by another holder still ends the run with FenceLost."""
+    app = Celery("lease-crash-run", broker="memory://", set_as_current=False)
+    app.conf.gaffer_database_url = cluster.url
+    celery_gaffer.install(app)
+
+    @app.task(base=GafferTask, bind=True, name="t.crashing")
+    def crashing(self: GafferTask, how: str) -> None:
+        with self.lease(f"crashing-{how}-{self.request.id}") as lease:
+            if how == "crash":
+                cluster.crash()
+            else:  # another holder takes the lease over
+                LeaseClient(database).acquire(lease.name, "thief", 60, steal=True)
+            with self.session() as s:
+                s.execute(text("SELECT 1"))
+
+    def run(how: str) -> Any:
+        task_id = str(uuid.uuid4())
+        tracer = build_tracer(crashing.name, crashing, app=app, eager=False, hostname="h@x")
+        request = {"id": task_id, "hostname": "h@x", "delivery_info": {}}
+        return tracer(task_id, (how,), {}, request)
+
+    assert run("crash").info.state == states.RETRY
+    assert run("thief").info.state == states.FAILURE
+    app.close()

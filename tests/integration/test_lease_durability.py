@@ -8,10 +8,12 @@ holder can no longer commit, renew, release or hand its fence out.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 from celery import Celery
+from celery.signals import before_task_publish
 from sqlalchemy import Integer, String, func, select, text, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -187,15 +189,93 @@ def test_an_overlap_lease_is_taken_by_the_start_record_and_freed_by_the_end_reco
     forbidding.apply((1,)).get()
     assert seen["row"] == (seen["owner"], 1, True)  # held by this run, while it ran
     assert lease_row(app, name) == (None, 1, False)  # freed with the end record
-    forbidding.apply((1,)).get()  # the key is done: a duplicate, which frees it too
-    assert lease_row(app, name) == (None, 2, False)
+    forbidding.apply((1,)).get()  # the key is done: a duplicate, which takes nothing
+    assert lease_row(app, name) == (None, 1, False)
     assert calls == []
     assert marks(app) == ["n1"]
     database = database_for(app)
     runs = database.models.JobRun
     with database.read() as conn:
         rows = conn.execute(select(runs.state, runs.fence).order_by(runs.id)).all()
-    assert [tuple(row) for row in rows] == [("succeeded", 1), ("duplicate", 2)]
+    assert [tuple(row) for row in rows] == [("succeeded", 1), ("duplicate", None)]
+
+
+def test_a_duplicate_delivery_does_not_steal_the_lease_of_a_run_that_does_work(
+    app: Celery,
+) -> None:
+    """``replace``: a redelivered fire whose key is done must not take the lease over
+    from the run in progress (that run's commit would fail with FenceLost)."""
+    inside, go_on = threading.Event(), threading.Event()
+
+    @app.task(
+        base=GafferTask,
+        bind=True,
+        shared=False,
+        name="t.replacing",
+        gaffer_key="replacing:{n}",
+        gaffer_overlap="replace",
+    )
+    def replacing(self: GafferTask, n: int) -> None:
+        if n == 2:
+            inside.set()
+            assert go_on.wait(10)
+        with self.session() as s:
+            s.add(Mark(label=f"r{n}"))
+
+    replacing.apply((1,)).get()
+    second = threading.Thread(target=lambda: replacing.apply((2,)))
+    second.start()
+    assert inside.wait(10)
+    replacing.apply((1,)).get()  # a duplicate, while run 2 holds the lease
+    go_on.set()
+    second.join(30)
+    assert marks(app) == ["r1", "r2"]
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        states = list(conn.execute(select(runs.state).order_by(runs.id)).scalars())
+    assert states == ["succeeded", "succeeded", "duplicate"]
+
+
+def test_a_linked_task_is_sent_after_the_overlap_lease_is_free(app: Celery) -> None:
+    """Celery sends a run's links before task_postrun: a run with links frees its lease
+    itself, before they are sent, so a linked run of the same task is not skipped."""
+    name = "overlap:task:t.linked"
+    at_publish: list[tuple[str | None, int, bool]] = []
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.linked", gaffer_overlap="forbid")
+    def linked(self: GafferTask, n: int) -> int:
+        with self.session() as s:
+            s.add(Mark(label=f"l{n}"))
+        return n
+
+    def on_publish(
+        sender: object = None, headers: dict[str, object] | None = None, **_: object
+    ) -> None:
+        if sender == "t.linked":
+            at_publish.append(lease_row(app, name))
+
+    before_task_publish.connect(on_publish, weak=False)
+    try:
+        linked.apply((1,), link=linked.si(2)).get()
+    finally:
+        before_task_publish.disconnect(on_publish)
+    assert at_publish == [(None, 1, False)]
+
+
+def test_a_lease_taken_for_a_run_whose_call_never_ran_is_freed_at_its_end(
+    app: Celery,
+) -> None:
+    class Failing(GafferTask):
+        def before_start(self, task_id: str, args: object, kwargs: object) -> None:
+            raise RuntimeError("before_start failed")
+
+    @app.task(base=Failing, bind=True, shared=False, name="t.nostart", gaffer_overlap="forbid")
+    def nostart(self: GafferTask) -> None:
+        raise AssertionError("the body must not run")
+
+    assert isinstance(nostart.apply().result, RuntimeError)
+    assert lease_row(app, "overlap:task:t.nostart") == (None, 1, False)
 
 
 def test_a_start_record_that_times_out_on_a_locked_lease_row_still_records_the_run(
