@@ -18,6 +18,9 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple
 
+from celery import signals
+from celery.app.trace import task_has_custom
+from celery.backends.base import DisabledBackend
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
@@ -89,6 +92,28 @@ def start_taking(
     fence = row[-1]
     setattr(request, TAKEN, Taken(name, None if fence is None else int(fence), owner, ttl))
     return row
+
+
+def ends_quietly(task: Any, request: Any) -> bool:
+    """Whether Celery does nothing between the end of ``task``'s call and task_postrun
+    that another worker or a client could see: no linked or chained task is sent, no
+    result is stored, no handler of the task's runs and no task_success receiver. Only
+    then may the run's leases be freed by its end record, at task_postrun. False when
+    that cannot be told (never raises: it runs in the run's ``finally``)."""
+    try:
+        links = ("callbacks", "errbacks", "chain", "chord", "group")
+        if any(getattr(request, name, None) for name in links):
+            return False
+        explicit = vars(request).get("ignore_result")  # Context's class default is False
+        stored = not (task.ignore_result if explicit is None else explicit)
+        if stored and not isinstance(task.backend, DisabledBackend):
+            return False
+        handlers = ("on_success", "on_failure", "on_retry", "after_return")
+        if any(task_has_custom(task, name) for name in handlers):
+            return False
+        return not signals.task_success.receivers
+    except Exception:  # noqa: BLE001 - a misconfigured backend, say: free them at once
+        return False
 
 
 def left_held(request: Any, database: Database) -> list[Lease]:

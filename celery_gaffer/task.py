@@ -23,9 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from celery import Task, signals
-from celery.app.trace import task_has_custom
-from celery.backends.base import DisabledBackend
+from celery import Task
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -49,7 +47,7 @@ from .fencing import (
 )
 from .idempotency import COMPLETED, key_state
 from .leases import Lease
-from .run_leases import RELEASE_AT_END, TAKEN, Taken
+from .run_leases import RELEASE_AT_END, TAKEN, Taken, ends_quietly
 from .runs import KEY_STATE, records_end
 from .store import Database, database_for
 from .validation import OVERLAP_POLICIES, validate_key
@@ -148,7 +146,7 @@ class GafferTask(Task):  # type: ignore[misc]
             # Kept on the request for the run record written at task_postrun.
             request.gaffer_run_key = run.key
             request.gaffer_run_fence = run.last_fence
-            if records_end(request, database) and self._ends_quietly(request):
+            if records_end(request, database) and ends_quietly(self, request):
                 # Freed by the statement that records the run's end, a moment from now.
                 setattr(request, RELEASE_AT_END, run.close(defer=True))
             else:
@@ -365,23 +363,6 @@ class GafferTask(Task):  # type: ignore[misc]
             soft = limits[1]
         soft = soft or self.soft_time_limit or self.app.conf.task_soft_time_limit
         return 0.8 * float(soft) if soft else None
-
-    def _ends_quietly(self, request: Any) -> bool:
-        """Whether Celery does nothing between the end of this call and task_postrun that
-        another worker or a client could see: no linked or chained task is sent, no
-        result is stored, no handler of the task's runs and no task_success receiver.
-        Only then may the run's leases be freed by its end record, at task_postrun."""
-        links = ("callbacks", "errbacks", "chain", "chord", "group")
-        if any(getattr(request, name, None) for name in links):
-            return False
-        explicit = vars(request).get("ignore_result")  # Context's class default is False
-        stored = not (self.ignore_result if explicit is None else explicit)
-        if stored and not isinstance(self.backend, DisabledBackend):
-            return False
-        handlers = ("on_success", "on_failure", "on_retry", "after_return")
-        if any(task_has_custom(self, name) for name in handlers):
-            return False
-        return not signals.task_success.receivers
 
     def _set_outcome(self, run: RunContext, outcome: str) -> None:
         run.outcome = outcome
