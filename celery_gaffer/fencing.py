@@ -81,12 +81,13 @@ class RunContext:
         """Whether a FenceLost of this run came from a server crash that lost one of its
         acquisitions (not from another holder taking a lease over): then nobody else
         does the run's work, and the run is worth trying again."""
-        try:
-            return any(
-                not lease.durable and lease.client.vanished(lease) for lease in self.acquired
-            )
-        except Exception:  # noqa: BLE001 - the database is still away: not decidable now
-            return False
+        unsure = [lease for lease in self.acquired if not lease.durable]
+        for _ in range(2):  # a pooled connection from before the crash fails once
+            try:
+                return any(lease.client.vanished(lease) for lease in unsure)
+            except Exception:  # noqa: BLE001 - still away: try once more
+                continue
+        return False
 
     def release(self, lease: Lease) -> None:
         renewer().discard(lease)
