@@ -49,6 +49,7 @@ FAULTS = (
     "kill_beat",
     "restart_redis",
     "restart_postgres",
+    "crash_postgres",
 )
 
 
@@ -195,6 +196,8 @@ class Workload:
             services.restart_redis()
         elif fault == "restart_postgres":
             services.restart_postgres()
+        elif fault == "crash_postgres":
+            services.restart_postgres("immediate")
 
     @staticmethod
     def _pause(process: CeleryProcess, rng: random.Random) -> None:

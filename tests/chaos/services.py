@@ -81,7 +81,10 @@ def start_postgres() -> None:
     _wait(5432, up=True)
 
 
-def restart_postgres() -> None:
+def restart_postgres(mode: str = "fast") -> None:
+    """Restart the server: ``fast`` shuts it down cleanly; ``immediate`` kills it without a
+    shutdown checkpoint, as a crash does (commits that did not wait for the disk, such as
+    lease statements and run records, can be lost; crash recovery runs on start)."""
     subprocess.run(
         [
             "pg_ctlcluster",
@@ -90,7 +93,7 @@ def restart_postgres() -> None:
             "main",
             "restart",
             "-m",
-            "fast",
+            mode,
         ],
         check=True,
         capture_output=True,
