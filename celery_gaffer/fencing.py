@@ -66,9 +66,7 @@ class RunContext:
 
     def adopt(self, name: str, fence: int, ttl: float) -> Lease:
         """Hold a lease acquired for this run by its start record (see :mod:`.run_leases`)."""
-        client = LeaseClient(self.database)
-        durable = self.database.dialect != "postgresql"
-        return self._hold(Lease(name, fence, ttl, client, owner=self.owner, durable=durable))
+        return self._hold(LeaseClient(self.database).held(name, fence, ttl, self.owner))
 
     def _hold(self, lease: Lease) -> Lease:
         self.acquired.append(lease)

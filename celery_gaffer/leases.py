@@ -235,7 +235,12 @@ class LeaseClient:
             raise LeaseHeld(
                 f"lease {name!r} is held by another live holder", owner=self.owner_of(name)
             )
-        durable = self.database.dialect != "postgresql"  # see the module's notes
+        return self.held(name, fence, ttl, owner)
+
+    def held(self, name: str, fence: int, ttl: float, owner: str) -> Lease:
+        """The :class:`Lease` ``owner`` acquired as ``fence`` (on PostgreSQL not durable
+        yet: see the module's notes)."""
+        durable = self.database.dialect != "postgresql"
         return Lease(name, fence, ttl, self, owner=owner, durable=durable)
 
     def vanished(self, lease: Lease) -> bool:

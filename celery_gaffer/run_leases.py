@@ -126,19 +126,23 @@ def left_held(request: Any, database: Database) -> list[Lease]:
     setattr(request, TAKEN, None)
     if taken is not None and taken.fence is not None:
         client = LeaseClient(database)
-        held.append(Lease(taken.name, taken.fence, taken.ttl, client, owner=taken.owner))
+        held.append(client.held(taken.name, taken.fence, taken.ttl, taken.owner))
     return held
 
 
-def finish_releasing(
+def record_end(
     conn: Connection, database: Database, values: dict[str, Any], row_id: Any, held: list[Lease]
 ) -> list[Lease]:
-    """Record the run's end, freeing ``held[0]`` in the same statement; the leases still
-    to free (the others, and the first when its row was locked right then)."""
+    """Record the run's end (``values``), freeing ``held[0]`` in the same statement; the
+    leases still to free (the others, and the first when its row was locked right then)."""
+    params = {"b_" + name: value for name, value in values.items()}
+    params["b_row_id"] = row_id
+    if not held:
+        conn.execute(finish_statement(database.models, values), params)
+        return []
     lease, *others = held
     statement = finish_statement(database.models, values, release=True)
-    params = {"b_" + name: value for name, value in values.items()}
-    params.update(b_row_id=row_id, l_name=lease.name, l_fence=lease.token, l_owner=lease.owner)
+    params.update(l_name=lease.name, l_fence=lease.token, l_owner=lease.owner)
     freed = conn.execute(statement, params).scalar()
     return others if freed else held
 

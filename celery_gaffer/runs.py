@@ -23,13 +23,13 @@ from sqlalchemy import Connection, case, insert, select, update
 
 from .confirm import reopen
 from .run_leases import (
-    finish_releasing,
     left_held,
     overlap_to_take,
+    record_end,
     release_quietly,
     start_taking,
 )
-from .run_sql import finish_statement, start_statement
+from .run_sql import start_statement
 from .store import Database, database_for
 from .store.dbclock import db_now
 from .store.models import ERROR_LENGTH, Models, table_of
@@ -321,17 +321,12 @@ class Recorder:
             values["error_type"] = type(error).__name__[:255]
             values["error_message"] = str(error)[:ERROR_LENGTH]
         schedule = getattr(request, "gaffer_schedule", None)
+        database = self.database
         # Leases the run left held: the statement that records its end frees them.
-        held = left_held(request, self.database)
+        held = left_held(request, database)
         try:
-            database = self.database
             with database.autocommit(relaxed=True) as conn:
-                if held:
-                    held = finish_releasing(conn, database, values, row_id, held)
-                else:
-                    params = {"b_" + name: value for name, value in values.items()}
-                    statement = finish_statement(database.models, values)
-                    conn.execute(statement, {**params, "b_row_id": row_id})
+                held = record_end(conn, database, values, row_id, held)
                 if schedule:
                     nominal = parse_nominal(getattr(request, "gaffer_nominal_at", None))
                     update_schedule_facts(conn, database.models, schedule, outcome, nominal)

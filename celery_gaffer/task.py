@@ -146,7 +146,7 @@ class GafferTask(Task):  # type: ignore[misc]
             # Kept on the request for the run record written at task_postrun.
             request.gaffer_run_key = run.key
             request.gaffer_run_fence = run.last_fence
-            if records_end(request, database) and ends_quietly(self, request):
+            if run.leases and records_end(request, database) and ends_quietly(self, request):
                 # Freed by the statement that records the run's end, a moment from now.
                 setattr(request, RELEASE_AT_END, run.close(defer=True))
             else:
