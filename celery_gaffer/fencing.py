@@ -2,10 +2,14 @@
 
 A :class:`RunContext` is the state of one delivery of a Gaffer task: its idempotency
 key, the leases it holds and their renewer. Sessions from :func:`fenced_sessions` carry
-the context in ``session.info``; their ``before_commit`` hook runs :func:`seal` in the
-commit's own transaction: a row-locking fence check per held lease (zero rows: the
-commit is rolled back with FenceLost) and the key claim (a completed key: rolled back
-with AlreadyProcessed).
+the context in ``session.info``; every commit is sealed in its own transaction: a
+row-locking fence check per held lease (zero rows: the commit is rolled back with
+FenceLost) and the key claim (a completed key: rolled back with AlreadyProcessed).
+
+On PostgreSQL with psycopg the seal is sent with the COMMIT, in one round trip
+(:meth:`RunContext.commit_sealed`, from the engine's ``commit`` event, so after every
+flush of the commit), as guards that fail when they refuse. Elsewhere, and for a
+savepoint's commit, the ``before_commit`` hook runs :meth:`RunContext.seal`.
 """
 
 from __future__ import annotations
@@ -19,12 +23,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from .exceptions import FenceLost, GafferError
-from .idempotency import CLAIMED, COMPLETED, claim_key, fenced_claim_key
-from .leases import Lease, LeaseClient, check_fence, renewer
-from .store import Database
+from .exceptions import AlreadyProcessed, FenceLost, GafferError
+from .idempotency import (
+    CLAIMED,
+    COMPLETED,
+    KEY_DONE_SQLSTATE,
+    claim_guard,
+    claim_key,
+    fenced_claim_guard,
+    fenced_claim_key,
+)
+from .leases import FENCE_LOST_SQLSTATE, Lease, LeaseClient, check_fence, fence_guard, renewer
+from .store import Database, lean
 
 RUN_INFO = "gaffer_run"
 CLAIM_INFO = "gaffer_claim"  # "complete" (default), "claim" (a resumable batch) or None
@@ -115,21 +128,26 @@ class RunContext:
                     self.leases.remove(lease)
         return []
 
+    def _claiming(self, claim: str | None) -> bool:
+        """Whether a commit sealed with ``claim`` claims the key (raises FenceLost when a
+        renewal found a lease taken over)."""
+        for lease in self.leases:
+            if lease.lost:
+                raise FenceLost(f"lease {lease.name!r}: renewal failed; the lease was taken over")
+        return not (
+            self.key is None
+            or claim is None
+            or self.key_state == COMPLETED
+            or (claim == "claim" and self.key_state == CLAIMED)
+        )
+
     def seal(self, conn: Connection, claim: str | None) -> bool:
         """Fence-check every held lease and claim the key, in ``conn``'s transaction.
 
         Returns True when this call claimed or completed the key.
         """
         models = self.database.models
-        for lease in self.leases:
-            if lease.lost:
-                raise FenceLost(f"lease {lease.name!r}: renewal failed; the lease was taken over")
-        claiming = not (
-            self.key is None
-            or claim is None
-            or self.key_state == COMPLETED
-            or (claim == "claim" and self.key_state == CLAIMED)
-        )
+        claiming = self._claiming(claim)
         complete = claim == "complete"
         if claiming and self.key is not None and conn.dialect.name == "postgresql" and self.leases:
             # The last fence check and the claim in one round trip.
@@ -151,6 +169,45 @@ class RunContext:
             return False
         claim_key(conn, models, self.key, self.task_id, self.token, complete=complete)
         return True
+
+    def commit_sealed(self, conn: Connection, claim: str | None) -> bool:
+        """:meth:`seal` and COMMIT ``conn``'s transaction in one round trip (PostgreSQL
+        with psycopg: see :mod:`.store.lean`). Each check is a guard that fails when it
+        refuses, and a failed statement makes the server skip the COMMIT after it: the
+        failure is raised as FenceLost or AlreadyProcessed and the transaction is left to
+        roll back. Returns True when the commit claimed or completed the key."""
+        models = self.database.models
+        claiming = self._claiming(claim)
+        complete = claim == "complete"
+        guards = [
+            fence_guard(models, lease.name, lease.token, lease.owner) for lease in self.leases
+        ]
+        if claiming and self.key is not None:
+            if guards:
+                last = self.leases[-1]
+                lease = (last.name, last.token, last.owner)
+                guards[-1] = fenced_claim_guard(
+                    models, lease, self.key, self.task_id, complete=complete
+                )
+            else:
+                guards.append(
+                    claim_guard(models, self.key, self.task_id, self.token, complete=complete)
+                )
+        try:
+            lean.commit(conn, guards)
+        except DBAPIError as exc:
+            refused = getattr(exc.orig, "sqlstate", None)
+            if refused == FENCE_LOST_SQLSTATE:
+                names = ", ".join(repr(lease.name) for lease in self.leases)
+                raise FenceLost(
+                    f"lease {names}: the run's fence is no longer current; write rejected"
+                ) from exc
+            if refused == KEY_DONE_SQLSTATE:
+                raise AlreadyProcessed(
+                    f"key {self.key!r} was already completed by another run"
+                ) from exc
+            raise
+        return claiming
 
     def sealed(self, claim: str | None) -> None:
         """A commit sealed by :meth:`seal` succeeded (``claim``: what it did to the key).
@@ -175,6 +232,8 @@ def fenced_sessions(engine: Engine) -> sessionmaker[Session]:
             factory = sessionmaker(bind=engine, expire_on_commit=False)
             event.listen(factory, "before_commit", _before_commit)
             event.listen(factory, "after_commit", _after_commit)
+            if not event.contains(engine, "commit", _commit_sealed):
+                event.listen(engine, "commit", _commit_sealed)
             _factories[id(engine)] = factory
         return factory
 
@@ -185,11 +244,34 @@ def _before_commit(session: Session) -> None:
         return
     session.flush()
     claim = session.info.get(CLAIM_INFO, "complete")
-    if run.seal(session.connection(), claim):
+    conn = session.connection()
+    if not session.in_nested_transaction() and lean.pipelines(conn):
+        # Sealed by the COMMIT itself, after every flush of this commit (_commit_sealed).
+        _sealing.set((conn, run, claim, session))
+        return
+    if run.seal(conn, claim):
+        session.info["gaffer_claimed"] = claim
+
+
+# The commit _before_commit left to seal: (its connection, run, claim, session).
+_sealing: contextvars.ContextVar[tuple[Connection, RunContext, str | None, Session] | None] = (
+    contextvars.ContextVar("gaffer_sealing", default=None)
+)
+
+
+def _commit_sealed(conn: Connection) -> None:
+    """The engine's ``commit`` event: seal the commit _before_commit left, with its COMMIT."""
+    pending = _sealing.get()
+    if pending is None or pending[0] is not conn:
+        return
+    _sealing.set(None)
+    _, run, claim, session = pending
+    if run.commit_sealed(conn, claim):
         session.info["gaffer_claimed"] = claim
 
 
 def _after_commit(session: Session) -> None:
+    _sealing.set(None)
     run: RunContext | None = session.info.get(RUN_INFO)
     claimed = session.info.pop("gaffer_claimed", None)
     if run is not None:

@@ -10,16 +10,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, cast, exists, func, literal, null, select
+from sqlalchemy import (
+    Connection,
+    Integer,
+    bindparam,
+    case,
+    cast,
+    exists,
+    func,
+    literal,
+    null,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .exceptions import AlreadyProcessed, FenceLost
+from .store import lean
 from .store.dbclock import db_now
 from .store.models import Models, table_of
 from .store.statements import prebuilt
 
 CLAIMED = "claimed"
 COMPLETED = "completed"
+#: The error of a guard whose key was completed by another run ("cannot take logarithm
+#: of zero"; see :func:`claim_guard`).
+KEY_DONE_SQLSTATE = "2201E"
 
 
 def key_state(conn: Connection, models: Models, key: str) -> str | None:
@@ -39,7 +54,7 @@ def claim_key(
     """
     statement = _claim_statement(models, conn.dialect.name, complete=complete, fenced=False)
     params = {"key": key, "task_id": task_id, "fence": fence}
-    if conn.execute(statement, params).first() is None:
+    if lean.execute(conn, statement, params).first() is None:
         raise AlreadyProcessed(f"key {key!r} was already completed by another run")
 
 
@@ -62,19 +77,47 @@ def fenced_claim_key(
     statement = _claim_statement(models, conn.dialect.name, complete=complete, fenced=True)
     params = {"key": key, "task_id": task_id, "fence": fence, "lease_name": name}
     params["lease_owner"] = owner
-    fenced, claimed = conn.execute(statement, params).one()
+    fenced, claimed = lean.execute(conn, statement, params).one()
     if not fenced:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
     if not claimed:
         raise AlreadyProcessed(f"key {key!r} was already completed by another run")
 
 
-def _claim_statement(models: Models, dialect_name: str, *, complete: bool, fenced: bool) -> Any:
+def claim_guard(
+    models: Models, key: str, task_id: str, fence: int | None, *, complete: bool
+) -> tuple[Any, dict[str, Any]]:
+    """:func:`claim_key` as a guard (PostgreSQL): a statement and its parameters that fail
+    with :data:`KEY_DONE_SQLSTATE` when the key was completed by another run."""
+    statement = _claim_statement(models, "postgresql", complete=complete, fenced=False, guard=True)
+    return statement, {"key": key, "task_id": task_id, "fence": fence}
+
+
+def fenced_claim_guard(
+    models: Models, lease: tuple[str, int, str], key: str, task_id: str, *, complete: bool
+) -> tuple[Any, dict[str, Any]]:
+    """:func:`fenced_claim_key` as a guard (PostgreSQL): it fails with
+    :data:`~celery_gaffer.leases.FENCE_LOST_SQLSTATE` when the fence is stale, with
+    :data:`KEY_DONE_SQLSTATE` when the key was completed by another run."""
+    name, fence, owner = lease
+    statement = _claim_statement(models, "postgresql", complete=complete, fenced=True, guard=True)
+    params = {"key": key, "task_id": task_id, "fence": fence, "lease_name": name}
+    params["lease_owner"] = owner
+    return statement, params
+
+
+def _claim_statement(
+    models: Models, dialect_name: str, *, complete: bool, fenced: bool, guard: bool = False
+) -> Any:
     """The claim upsert (parameters ``key``, ``task_id``, ``fence``), built once.
 
     ``fenced`` (PostgreSQL): the upsert only inserts while ``fence`` and ``lease_owner``
     hold the lease ``lease_name``, locking its row first; the statement returns
     (fenced, claimed) counts.
+
+    ``guard`` (PostgreSQL): the statement fails instead of returning a refusal: the
+    logarithm of zero when nothing was claimed (:data:`KEY_DONE_SQLSTATE`), and first a
+    division by zero when the fence is stale (:data:`~.leases.FENCE_LOST_SQLSTATE`).
     """
 
     def build() -> Any:
@@ -117,12 +160,16 @@ def _claim_statement(models: Models, dialect_name: str, *, complete: bool, fence
             },
             where=table.c.state == CLAIMED,
         ).returning(table.c.key)
-        if locked is None:
+        if locked is None and not guard:
             return upsert
         claim = upsert.cte("gaffer_claim")
-        return select(
-            select(func.count()).select_from(locked).scalar_subquery(),
-            select(func.count()).select_from(claim).scalar_subquery(),
-        )
+        claimed = select(func.count()).select_from(claim).scalar_subquery()
+        if locked is None:
+            return select(func.ln(claimed))
+        fenced_count = select(func.count()).select_from(locked).scalar_subquery()
+        if not guard:
+            return select(fenced_count, claimed)
+        refused = literal(1, Integer) / fenced_count  # a stale fence: division by zero
+        return select(case((fenced_count == 0, refused), else_=func.ln(claimed)))
 
-    return prebuilt((models.prefix, "claim", dialect_name, complete, fenced), build)
+    return prebuilt((models.prefix, "claim", dialect_name, complete, fenced, guard), build)

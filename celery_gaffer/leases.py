@@ -25,12 +25,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, Float, bindparam, literal, select, update
+from sqlalchemy import Connection, Float, Integer, bindparam, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
 from .exceptions import FenceLost, LeaseHeld
-from .store import Database
+from .store import Database, lean
 from .store.dbclock import db_now
 from .store.models import Models, table_of
 from .store.statements import prebuilt
@@ -38,6 +38,8 @@ from .store.statements import prebuilt
 logger = logging.getLogger("celery_gaffer.leases")
 
 RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)  # lease_until of a freed lease
+#: The error of a guard whose fence is stale ("division by zero"; see :func:`fence_guard`).
+FENCE_LOST_SQLSTATE = "22012"
 # The TTL parameter of the prebuilt statements, in seconds.
 _TTL = bindparam("ttl", type_=Float())
 
@@ -51,7 +53,7 @@ def acquire(
     ``lease_until < now`` by the database's clock. Returns None when a live holder has it.
     """
     upsert = acquire_statement(models, conn.dialect.name, steal=steal)
-    fence = conn.execute(upsert, {"name": name, "owner": owner, "ttl": float(ttl)}).scalar()
+    fence = lean.execute(conn, upsert, {"name": name, "owner": owner, "ttl": float(ttl)}).scalar()
     return None if fence is None else int(fence)
 
 
@@ -111,7 +113,7 @@ def renew(conn: Connection, models: Models, name: str, fence: int, owner: str, t
 
     statement = prebuilt((models.prefix, "lease_renew"), build)
     params = {"b_name": name, "b_fence": fence, "b_owner": owner, "ttl": float(ttl)}
-    return conn.execute(statement, params).rowcount == 1
+    return lean.execute(conn, statement, params).rowcount == 1
 
 
 def release(
@@ -139,7 +141,7 @@ def release(
 
     statement = prebuilt((models.prefix, "lease_release", skip_locked), build)
     params = {"b_name": name, "b_fence": fence, "b_owner": owner}
-    return conn.execute(statement, params).rowcount == 1
+    return lean.execute(conn, statement, params).rowcount == 1
 
 
 def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: str) -> None:
@@ -156,8 +158,25 @@ def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: 
 
     statement = prebuilt((models.prefix, "lease_check"), build)
     params = {"b_name": name, "b_fence": fence, "b_owner": owner}
-    if conn.execute(statement, params).first() is None:
+    if lean.execute(conn, statement, params).first() is None:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
+
+
+def fence_guard(models: Models, name: str, fence: int, owner: str) -> tuple[Any, dict[str, Any]]:
+    """:func:`check_fence` as a guard (PostgreSQL): a statement and its parameters that
+    lock the lease row, and fail with :data:`FENCE_LOST_SQLSTATE` (a division by zero)
+    unless ``fence`` and ``owner`` hold it. A failed statement aborts its transaction, so
+    a COMMIT sent right after it in the same round trip does nothing."""
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        locked = select(table.c.fence).where(*held_by(table)).with_for_update().cte("gaffer_fence")
+        return select(
+            literal(1, Integer) / select(func.count()).select_from(locked).scalar_subquery()
+        )
+
+    statement = prebuilt((models.prefix, "lease_guard"), build)
+    return statement, {"b_name": name, "b_fence": fence, "b_owner": owner}
 
 
 class Lease:

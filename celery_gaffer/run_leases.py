@@ -28,7 +28,7 @@ from .exceptions import GafferError
 from .fencing import new_owner
 from .leases import Lease, LeaseClient, is_lock_timeout
 from .run_sql import finish_statement, start_statement
-from .store import Database
+from .store import Database, lean
 
 logger = logging.getLogger("celery_gaffer.runs")
 
@@ -82,13 +82,13 @@ def start_taking(
     try:
         with database.leases() as conn:
             taking = {**params, "name": name, "owner": owner, "ttl": ttl}
-            row = conn.execute(statement, taking).one()
+            row = lean.execute(conn, statement, taking).one()
     except OperationalError as exc:
         if not is_lock_timeout(exc):
             raise
         plain = start_statement(database.models, with_key_state=with_key_state)
         with database.autocommit(relaxed=True) as conn:
-            return conn.execute(plain, params).one()
+            return lean.execute(conn, plain, params).one()
     fence = row[-1]
     setattr(request, TAKEN, Taken(name, None if fence is None else int(fence), owner, ttl))
     return row
@@ -138,12 +138,12 @@ def record_end(
     params = {"b_" + name: value for name, value in values.items()}
     params["b_row_id"] = row_id
     if not held:
-        conn.execute(finish_statement(database.models, values), params)
+        lean.execute(conn, finish_statement(database.models, values), params)
         return []
     lease, *others = held
     statement = finish_statement(database.models, values, release=True)
     params.update(l_name=lease.name, l_fence=lease.token, l_owner=lease.owner)
-    freed = conn.execute(statement, params).scalar()
+    freed = lean.execute(conn, statement, params).scalar()
     return others if freed else held
 
 

@@ -30,7 +30,7 @@ from .run_leases import (
     start_taking,
 )
 from .run_sql import start_statement
-from .store import Database, database_for
+from .store import Database, database_for, lean
 from .store.dbclock import db_now
 from .store.models import ERROR_LENGTH, Models, table_of
 
@@ -261,7 +261,7 @@ class Recorder:
             else:
                 statement = start_statement(database.models, with_key_state=key is not None)
                 with database.autocommit(relaxed=True) as conn:
-                    row = conn.execute(statement, params).one()
+                    row = lean.execute(conn, statement, params).one()
             row_id = row[0]
             if key is not None:
                 setattr(request, KEY_STATE, (key, row[1]))

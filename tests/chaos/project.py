@@ -116,6 +116,13 @@ NO_FENCE_CHECK = (
     "    _fencing.claim_key(conn, models, key, task_id, lease[1], complete=complete)\n"
     ")\n"
     "_leases.LeaseClient.renew = lambda self, lease: True\n"
+    "# The same checks where they are sent with the COMMIT (PostgreSQL): no guard.\n"
+    "from sqlalchemy import literal as _literal, select as _select\n"
+    "_NO_GUARD = _select(_literal(1))\n"
+    "_fencing.fence_guard = lambda models, name, fence, owner: (_NO_GUARD, {})\n"
+    "_fencing.fenced_claim_guard = lambda models, lease, key, task_id, complete: (\n"
+    "    _fencing.claim_guard(models, key, task_id, lease[1], complete=complete)\n"
+    ")\n"
 )
 
 
