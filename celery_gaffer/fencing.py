@@ -40,6 +40,8 @@ from .leases import FENCE_LOST_SQLSTATE, Lease, LeaseClient, check_fence, fence_
 from .store import Database, lean
 
 RUN_INFO = "gaffer_run"
+# Connection.info key: (run, claim, session) of the commit the engine's commit event seals.
+SEAL = "gaffer_seal"
 CLAIM_INFO = "gaffer_claim"  # "complete" (default), "claim" (a resumable batch) or None
 
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
@@ -234,6 +236,8 @@ def fenced_sessions(engine: Engine) -> sessionmaker[Session]:
             event.listen(factory, "after_commit", _after_commit)
             if not event.contains(engine, "commit", _commit_sealed):
                 event.listen(engine, "commit", _commit_sealed)
+                event.listen(engine, "rollback", _forget_seal)
+                event.listen(engine, "checkin", _checked_in)
             _factories[id(engine)] = factory
         return factory
 
@@ -246,32 +250,43 @@ def _before_commit(session: Session) -> None:
     claim = session.info.get(CLAIM_INFO, "complete")
     conn = session.connection()
     if not session.in_nested_transaction() and lean.pipelines(conn):
+        run._claiming(claim)  # a lease found taken over: refused now, rolled back as usual
         # Sealed by the COMMIT itself, after every flush of this commit (_commit_sealed).
-        _sealing.set((conn, run, claim, session))
+        conn.info[SEAL] = (run, claim, session)
         return
     if run.seal(conn, claim):
         session.info["gaffer_claimed"] = claim
 
 
-# The commit _before_commit left to seal: (its connection, run, claim, session).
-_sealing: contextvars.ContextVar[tuple[Connection, RunContext, str | None, Session] | None] = (
-    contextvars.ContextVar("gaffer_sealing", default=None)
-)
-
-
 def _commit_sealed(conn: Connection) -> None:
     """The engine's ``commit`` event: seal the commit _before_commit left, with its COMMIT."""
-    pending = _sealing.get()
-    if pending is None or pending[0] is not conn:
+    pending = conn.info.pop(SEAL, None)
+    if pending is None:
         return
-    _sealing.set(None)
-    _, run, claim, session = pending
-    if run.commit_sealed(conn, claim):
+    run, claim, session = pending
+    try:
+        claimed = run.commit_sealed(conn, claim)
+    except BaseException:
+        # SQLAlchemy now sees the transaction as ended: roll it back at the driver, or a
+        # plain close would hand the refused writes to the connection's next user.
+        lean.abandon(conn)
+        raise
+    if claimed:
         session.info["gaffer_claimed"] = claim
 
 
+def _forget_seal(conn: Connection) -> None:
+    """The engine's ``rollback`` event: a commit left to seal will not happen."""
+    conn.info.pop(SEAL, None)
+
+
+def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+    """The pool's ``checkin`` event: nothing left to seal survives its checkout."""
+    if record is not None:
+        record.info.pop(SEAL, None)
+
+
 def _after_commit(session: Session) -> None:
-    _sealing.set(None)
     run: RunContext | None = session.info.get(RUN_INFO)
     claimed = session.info.pop("gaffer_claimed", None)
     if run is not None:

@@ -77,10 +77,10 @@ class _Plan:
         return bound
 
 
-# (id(statement), id(dialect), whether its rows are read) -> (statement, dialect, its plan
-# or None when it must go through SQLAlchemy). The statement and dialect are kept so that
-# their ids stay theirs.
-_plans: dict[tuple[int, int, bool], tuple[Any, Any, _Plan | None]] = {}
+# (id(statement), the dialect's class and server version, whether its rows are read) ->
+# (statement, its plan or None when it must go through SQLAlchemy). The statement is kept
+# so that its id stays its own.
+_plans: dict[tuple[int, type, Any, bool], tuple[Any, _Plan | None]] = {}
 _lock = threading.Lock()
 #: Plans kept at most (Gaffer's statements are a few dozen, each built once).
 MAX_PLANS = 256
@@ -91,8 +91,8 @@ def execute(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Outc
     dialect = conn.dialect
     if dialect.driver != "psycopg":
         return conn.execute(statement, dict(params))
-    found = _plans.get((id(statement), id(dialect), True))
-    plan = _plan(conn, statement, reading=True) if found is None else found[2]
+    found = _plans.get((id(statement), type(dialect), dialect.server_version_info, True))
+    plan = _plan(conn, statement, reading=True) if found is None else found[1]
     if plan is None:
         return conn.execute(statement, dict(params))
     bound = plan.bind(params)
@@ -135,13 +135,16 @@ def commit(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]
     """
     planned = []
     for statement, params in statements:
-        found = _plans.get((id(statement), id(conn.dialect), False))
-        plan = _plan(conn, statement, reading=False) if found is None else found[2]
+        dialect = conn.dialect
+        found = _plans.get((id(statement), type(dialect), dialect.server_version_info, False))
+        plan = _plan(conn, statement, reading=False) if found is None else found[1]
         if plan is None:
             conn.execute(statement, dict(params))  # needs SQLAlchemy: its own round trip
         else:
             planned.append((plan, plan.bind(params)))
     driver: Any = conn.connection.driver_connection
+    if not planned and driver.pgconn.transaction_status == _IDLE:
+        return  # no transaction was begun and nothing is to be written: nothing to send
     try:
         with driver.pipeline():  # one Sync, sent when the block ends
             for plan, bound in planned:
@@ -153,13 +156,41 @@ def commit(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]
         conn._handle_dbapi_exception(exc, sent, None, None, None)
 
 
+def abandon(conn: Connection) -> None:
+    """Roll back ``conn``'s transaction at the driver after a commit that failed inside
+    SQLAlchemy's commit (SQLAlchemy then considers the transaction over and, on a plain
+    close, would return the connection to the pool without rolling it back); invalidate
+    the connection when that fails or it was left in pipeline mode."""
+    if conn.closed or conn.invalidated:
+        return
+    try:
+        driver: Any = conn.connection.driver_connection
+        if driver.pgconn.pipeline_status != _PIPELINE_OFF:
+            raise RuntimeError("the connection was left in pipeline mode")
+        driver.rollback()
+    except Exception:  # noqa: BLE001 - no way to tell its state: do not reuse it
+        conn.invalidate()
+
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
+_PIPELINE_OFF = 0  # psycopg.pq.PipelineStatus.OFF
+
+
 def _plan(conn: Connection, statement: Any, *, reading: bool) -> _Plan | None:
     dialect = conn.dialect
     if len(_plans) >= MAX_PLANS:
         return None  # statements built anew each time: SQLAlchemy's path, uncached here
     compiled: Any = statement.compile(dialect=dialect)
     plan: _Plan | None = None
-    if hasattr(conn, "_handle_dbapi_exception"):  # else a SQLAlchemy without it: no lean path
+    # Values SQLAlchemy computes or renders at execution time (Python-side column
+    # defaults, expanding IN lists) need its execution context: keep its path for those.
+    computed = (
+        compiled.insert_prefetch
+        or compiled.update_prefetch
+        or compiled.post_compile_params
+        or compiled.literal_execute_params
+    )
+    if not computed and hasattr(conn, "_handle_dbapi_exception"):
         processors: dict[str, Any] = {}
         for bind, name in compiled.bind_names.items():
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
@@ -168,7 +199,10 @@ def _plan(conn: Connection, statement: Any, *, reading: bool) -> _Plan | None:
         if not reading or not _converts_results(statement, dialect):
             plan = _Plan(compiled, processors)
     with _lock:
-        _plans[(id(statement), id(dialect), reading)] = (statement, dialect, plan)
+        _plans[(id(statement), type(dialect), dialect.server_version_info, reading)] = (
+            statement,
+            plan,
+        )
     return plan
 
 

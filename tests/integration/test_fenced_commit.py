@@ -168,7 +168,9 @@ def test_a_refused_commit_leaves_its_connection_clean_for_the_next_run(
     app.close()
 
 
-def test_a_guard_refuses_in_the_same_round_trip_as_the_commit(postgres_url: str) -> None:
+def test_a_refusing_guard_makes_the_server_skip_the_commit_sent_with_it(
+    postgres_url: str,
+) -> None:
     """lean.commit: a failing guard makes the server skip the COMMIT sent with it."""
     app = Celery("guard", broker="memory://", set_as_current=False)
     app.conf.gaffer_database_url = postgres_url
@@ -191,6 +193,46 @@ def test_a_guard_refuses_in_the_same_round_trip_as_the_commit(postgres_url: str)
         labels = conn.execute(text("SELECT label FROM test_marks ORDER BY id")).scalars().all()
     assert labels == ["under the fence"]
     app.close()
+
+
+@pytest.mark.parametrize("refusal", ["stolen", "renewal found it lost"])
+def test_a_refused_commit_of_a_session_only_closed_is_rolled_back_before_the_pool_has_it(
+    pg_app: Celery, refusal: str
+) -> None:
+    """A fenced session closed without a rollback after its commit was refused (as
+    ``run_batches`` does): the refused writes are rolled back at once, so that the next
+    user of the pooled connection cannot commit them."""
+    from celery_gaffer.fencing import current_run, fenced_sessions, run_info
+
+    app = pg_app
+    database = database_for(app)
+    drivers: list[Any] = []
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.closed")
+    def task(self: GafferTask) -> None:
+        with self.lease("closed", ttl=30) as lease:
+            if refusal == "stolen":
+                LeaseClient(database).acquire("closed", "thief", 30, steal=True)
+            else:
+                lease.lost = True
+            run = current_run.get()
+            assert run is not None
+            factory = fenced_sessions(database.engine)
+            with factory(info=run_info(run)) as session:
+                session.add(Mark(label="refused"))
+                session.flush()
+                drivers.append(session.connection().connection.driver_connection)
+                with pytest.raises(FenceLost):
+                    session.commit()
+
+    task.apply()
+    (driver,) = drivers
+    assert driver.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert driver.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+    for _ in range(8):  # every pooled connection commits once
+        with database.engine.begin() as conn:
+            conn.execute(text("SELECT 1"))
+    assert marks(app) == []
 
 
 def test_a_lean_statement_on_a_dead_connection_is_raised_and_invalidated_as_sqlalchemy_does(
