@@ -9,11 +9,17 @@ bound parameters, on the psycopg connection under the SQLAlchemy one, and return
 rows. The transaction is the SQLAlchemy connection's (the driver connection is the
 same), so nothing changes but the cost.
 
-Errors go through SQLAlchemy's own handling (:meth:`Connection._handle_dbapi_exception`):
-the same wrapped exception (``OperationalError`` with ``orig.sqlstate``), the same
-``handle_error`` events, and a lost connection invalidates the connection and the pool
-as it would have. On any other dialect or driver, or for a statement whose parameters
-need SQLAlchemy's type processing, :func:`execute` is :meth:`Connection.execute`.
+Parameters get SQLAlchemy's bind processing. Errors go through SQLAlchemy's own handling
+(:meth:`Connection._handle_dbapi_exception`): the same wrapped exception
+(``OperationalError`` with ``orig.sqlstate``), the same ``handle_error`` events, and a
+lost connection invalidates the connection and the pool as it would have. On any other
+driver, or for a statement that needs SQLAlchemy's execution context (Python-side column
+defaults, expanding parameters, returned values it converts), :func:`execute` is
+:meth:`Connection.execute`. These statements do not reach SQLAlchemy's ``echo`` log or
+its ``before_cursor_execute`` events.
+
+:func:`commit` sends statements and the transaction's ``COMMIT`` in one round trip
+(psycopg's pipeline mode): see :meth:`celery_gaffer.fencing.RunContext.commit_sealed`.
 """
 
 from __future__ import annotations

@@ -148,10 +148,12 @@ def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
 
     @app.task(base=GafferTask, bind=True, shared=False, name="t.long")
     def long(self: GafferTask) -> int:
-        # 1.5 s, not less: the renewer must win against a loaded 2-core CI machine.
-        with self.lease("long", ttl=1.5) as lease:
+        # 2.5 s, not less: the renewer (every 0.83 s) must win against a loaded 2-core CI
+        # machine, whose disk can stall a SQLite write for over a second (one CI run with
+        # 1.5 s saw a contender take the lease).
+        with self.lease("long", ttl=2.5) as lease:
             holding.set()
-            deadline = time.monotonic() + 7.5
+            deadline = time.monotonic() + 12.5
             while time.monotonic() < deadline:
                 time.sleep(0.05)
             lease.check()
@@ -163,7 +165,7 @@ def test_renewal_keeps_a_run_alive_for_five_times_its_ttl(app: Celery) -> None:
         client = LeaseClient(database_for(app))
         while not done.is_set():
             try:
-                client.acquire("long", "contender", 1.5)
+                client.acquire("long", "contender", 2.5)
                 contender_errors.append("acquired")
             except LeaseHeld:
                 pass
