@@ -260,6 +260,8 @@ def _before_commit(session: Session) -> None:
 
 def _commit_sealed(conn: Connection) -> None:
     """The engine's ``commit`` event: seal the commit _before_commit left, with its COMMIT."""
+    if conn.invalidated or conn.closed:
+        return  # no connection to commit on (SQLAlchemy raises); its info is gone with it
     pending = conn.info.pop(SEAL, None)
     if pending is None:
         return
@@ -277,7 +279,9 @@ def _commit_sealed(conn: Connection) -> None:
 
 def _forget_seal(conn: Connection) -> None:
     """The engine's ``rollback`` event: a commit left to seal will not happen."""
-    conn.info.pop(SEAL, None)
+    # Not on a lost connection: reading its info would reconnect (invalidation cleared it).
+    if not (conn.invalidated or conn.closed):
+        conn.info.pop(SEAL, None)
 
 
 def _checked_in(_dbapi_connection: Any, record: Any) -> None:

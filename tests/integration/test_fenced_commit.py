@@ -257,3 +257,31 @@ def test_a_lean_statement_on_a_dead_connection_is_raised_and_invalidated_as_sqla
     assert cause.connection_invalidated
     assert client.acquire("dead", "me", 30).token >= 1  # a fresh connection
     app.close()
+
+
+def test_a_fenced_session_whose_connection_dies_fails_as_a_lost_connection(
+    pg_app: Celery,
+) -> None:
+    """The server ends the session's connection before its writes are flushed: the run
+    fails with SQLAlchemy's OperationalError (connection invalidated), which a worker
+    retries as a database outage; the rollback after it must not touch the dead
+    connection (reading its ``info`` would reconnect or raise PendingRollbackError)."""
+    app = pg_app
+    database = database_for(app)
+    killed: list[int] = []
+
+    @app.task(base=GafferTask, bind=True, shared=False, gaffer_key="dies:{n}", name="t.dies")
+    def task(self: GafferTask, n: int) -> None:
+        with self.lease("dies", ttl=30), self.session() as s:
+            pid = s.execute(text("SELECT pg_backend_pid()")).scalar()
+            with database.engine.connect() as killer:
+                killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            killed.append(int(pid))
+            s.add(Mark(label="never"))
+
+    result = task.apply((1,))
+    assert killed
+    error = result.result
+    assert isinstance(error, OperationalError), repr(error)
+    assert error.connection_invalidated
+    assert marks(app) == []
