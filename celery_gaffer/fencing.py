@@ -20,7 +20,7 @@ import secrets
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
@@ -47,6 +47,15 @@ CLAIM_INFO = "gaffer_claim"  # "complete" (default), "claim" (a resumable batch)
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "gaffer_run", default=None
 )
+
+
+class _Seal(NamedTuple):
+    """What sealing one commit does (see :meth:`RunContext._seal_parts`)."""
+
+    checked: list[Lease]  # leases fence-checked on their own
+    fused: Lease | None  # the lease checked by the key claim's own statement
+    claims: bool  # whether the commit claims (or completes) the key
+    complete: bool  # completes it, rather than only claiming it
 
 
 @dataclass(eq=False)
@@ -130,18 +139,25 @@ class RunContext:
                     self.leases.remove(lease)
         return []
 
-    def _claiming(self, claim: str | None) -> bool:
-        """Whether a commit sealed with ``claim`` claims the key (raises FenceLost when a
-        renewal found a lease taken over)."""
+    def check_renewals(self) -> None:
+        """Raise FenceLost when a renewal found one of the run's leases taken over."""
         for lease in self.leases:
             if lease.lost:
                 raise FenceLost(f"lease {lease.name!r}: renewal failed; the lease was taken over")
-        return not (
-            self.key is None
-            or claim is None
+
+    def _seal_parts(self, claim: str | None, *, fuse: bool) -> _Seal:
+        """What sealing a commit with ``claim`` checks and claims (``fuse``: the last
+        lease's check and the key claim in one statement, PostgreSQL)."""
+        self.check_renewals()
+        claims = self.key is not None and not (
+            claim is None
             or self.key_state == COMPLETED
             or (claim == "claim" and self.key_state == CLAIMED)
         )
+        if claims and fuse and self.leases:
+            *checked, fused = self.leases
+            return _Seal(checked, fused, claims, claim == "complete")
+        return _Seal(list(self.leases), None, claims, claim == "complete")
 
     def seal(self, conn: Connection, claim: str | None) -> bool:
         """Fence-check every held lease and claim the key, in ``conn``'s transaction.
@@ -149,28 +165,18 @@ class RunContext:
         Returns True when this call claimed or completed the key.
         """
         models = self.database.models
-        claiming = self._claiming(claim)
-        complete = claim == "complete"
-        if claiming and self.key is not None and conn.dialect.name == "postgresql" and self.leases:
-            # The last fence check and the claim in one round trip.
-            *others, last = self.leases
-            for lease in others:
-                check_fence(conn, models, lease.name, lease.token, lease.owner)
-            fenced_claim_key(
-                conn,
-                models,
-                (last.name, last.token, last.owner),
-                self.key,
-                self.task_id,
-                complete=complete,
-            )
-            return True
-        for lease in self.leases:
+        parts = self._seal_parts(claim, fuse=conn.dialect.name == "postgresql")
+        for lease in parts.checked:
             check_fence(conn, models, lease.name, lease.token, lease.owner)
-        if not claiming or self.key is None:
-            return False
-        claim_key(conn, models, self.key, self.task_id, self.token, complete=complete)
-        return True
+        if parts.claims and self.key is not None:
+            if parts.fused is not None:
+                held = (parts.fused.name, parts.fused.token, parts.fused.owner)
+                fenced_claim_key(
+                    conn, models, held, self.key, self.task_id, complete=parts.complete
+                )
+            else:
+                claim_key(conn, models, self.key, self.task_id, self.token, complete=parts.complete)
+        return parts.claims
 
     def commit_sealed(self, conn: Connection, claim: str | None) -> bool:
         """:meth:`seal` and COMMIT ``conn``'s transaction in one round trip (PostgreSQL
@@ -179,21 +185,21 @@ class RunContext:
         failure is raised as FenceLost or AlreadyProcessed and the transaction is left to
         roll back. Returns True when the commit claimed or completed the key."""
         models = self.database.models
-        claiming = self._claiming(claim)
-        complete = claim == "complete"
+        parts = self._seal_parts(claim, fuse=True)
         guards = [
-            fence_guard(models, lease.name, lease.token, lease.owner) for lease in self.leases
+            fence_guard(models, lease.name, lease.token, lease.owner) for lease in parts.checked
         ]
-        if claiming and self.key is not None:
-            if guards:
-                last = self.leases[-1]
-                lease = (last.name, last.token, last.owner)
-                guards[-1] = fenced_claim_guard(
-                    models, lease, self.key, self.task_id, complete=complete
+        if parts.claims and self.key is not None:
+            if parts.fused is not None:
+                held = (parts.fused.name, parts.fused.token, parts.fused.owner)
+                guards.append(
+                    fenced_claim_guard(
+                        models, held, self.key, self.task_id, complete=parts.complete
+                    )
                 )
             else:
                 guards.append(
-                    claim_guard(models, self.key, self.task_id, self.token, complete=complete)
+                    claim_guard(models, self.key, self.task_id, self.token, complete=parts.complete)
                 )
         try:
             lean.commit(conn, guards)
@@ -209,7 +215,7 @@ class RunContext:
                     f"key {self.key!r} was already completed by another run"
                 ) from exc
             raise
-        return claiming
+        return parts.claims
 
     def sealed(self, claim: str | None) -> None:
         """A commit sealed by :meth:`seal` succeeded (``claim``: what it did to the key).
@@ -250,7 +256,7 @@ def _before_commit(session: Session) -> None:
     claim = session.info.get(CLAIM_INFO, "complete")
     conn = session.connection()
     if not session.in_nested_transaction() and lean.pipelines(conn):
-        run._claiming(claim)  # a lease found taken over: refused now, rolled back as usual
+        run.check_renewals()  # a lease found taken over: refused now, rolled back as usual
         # Sealed by the COMMIT itself, after every flush of this commit (_commit_sealed).
         conn.info[SEAL] = (run, claim, session)
         return

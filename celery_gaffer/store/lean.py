@@ -97,8 +97,7 @@ def execute(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Outc
     dialect = conn.dialect
     if dialect.driver != "psycopg":
         return conn.execute(statement, dict(params))
-    found = _plans.get((id(statement), type(dialect), dialect.server_version_info, True))
-    plan = _plan(conn, statement, reading=True) if found is None else found[1]
+    plan = _plan_for(conn, statement, reading=True)
     if plan is None:
         return conn.execute(statement, dict(params))
     bound = plan.bind(params)
@@ -141,9 +140,7 @@ def commit(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]
     """
     planned = []
     for statement, params in statements:
-        dialect = conn.dialect
-        found = _plans.get((id(statement), type(dialect), dialect.server_version_info, False))
-        plan = _plan(conn, statement, reading=False) if found is None else found[1]
+        plan = _plan_for(conn, statement, reading=False)
         if plan is None:
             conn.execute(statement, dict(params))  # needs SQLAlchemy: its own round trip
         else:
@@ -180,6 +177,13 @@ def abandon(conn: Connection) -> None:
 
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
 _PIPELINE_OFF = 0  # psycopg.pq.PipelineStatus.OFF
+
+
+def _plan_for(conn: Connection, statement: Any, *, reading: bool) -> _Plan | None:
+    """The cached plan of ``statement`` on ``conn``'s dialect (None: SQLAlchemy's path)."""
+    dialect = conn.dialect
+    found = _plans.get((id(statement), type(dialect), dialect.server_version_info, reading))
+    return _plan(conn, statement, reading=reading) if found is None else found[1]
 
 
 def _plan(conn: Connection, statement: Any, *, reading: bool) -> _Plan | None:

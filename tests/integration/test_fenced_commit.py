@@ -11,54 +11,30 @@ from typing import Any
 import psycopg
 import pytest
 from celery import Celery
-from sqlalchemy import Integer, String, event, select, text
+from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
-import celery_gaffer
 from celery_gaffer import FenceLost, GafferTask
 from celery_gaffer.exceptions import DatabaseUnavailable
 from celery_gaffer.leases import FENCE_LOST_SQLSTATE, LeaseClient, fence_guard
 from celery_gaffer.store import database_for, lean
 
-
-class Base(DeclarativeBase):
-    pass
-
-
-class Mark(Base):
-    __tablename__ = "test_marks"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    label: Mapped[str] = mapped_column(String(200))
-
-
-def make_app(database_url: str) -> Celery:
-    app = Celery("fenced-commit-test", broker="memory://", set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-    celery_gaffer.install(app)
-    engine = database_for(app).engine
-    Base.metadata.drop_all(engine)
-    Base.metadata.create_all(engine)
-    return app
+from .marks import Mark, marks, marks_app
 
 
 @pytest.fixture
 def app(database_url: str) -> Iterator[Celery]:
-    app = make_app(database_url)
+    app = marks_app(database_url, "fenced-commit-test")
     yield app
     app.close()
 
 
 @pytest.fixture
 def pg_app(postgres_url: str) -> Iterator[Celery]:
-    app = make_app(postgres_url)
+    app = marks_app(postgres_url, "fenced-commit-test")
     yield app
     app.close()
-
-
-def marks(app: Celery) -> list[str]:
-    with database_for(app).session() as s:
-        return list(s.scalars(select(Mark.label).order_by(Mark.id)))
 
 
 def stale_run(app: Celery, name: str, body: Any) -> tuple[threading.Thread, threading.Event]:
@@ -132,12 +108,8 @@ def test_a_refused_commit_leaves_its_connection_clean_for_the_next_run(
     """After a guard refused the commit (the server skipped the COMMIT), the transaction
     is rolled back and the pooled connection leaves pipeline mode: the next run on the
     same pool commits normally."""
-    app = Celery("refused", broker="memory://", set_as_current=False)
-    app.conf.gaffer_database_url = postgres_url
-    celery_gaffer.install(app)
+    app = marks_app(postgres_url, "refused")
     database = database_for(app)
-    Base.metadata.drop_all(database.engine)
-    Base.metadata.create_all(database.engine)
     refused: list[BaseException] = []
     drivers: list[Any] = []
 
@@ -172,11 +144,8 @@ def test_a_refusing_guard_makes_the_server_skip_the_commit_sent_with_it(
     postgres_url: str,
 ) -> None:
     """lean.commit: a failing guard makes the server skip the COMMIT sent with it."""
-    app = Celery("guard", broker="memory://", set_as_current=False)
-    app.conf.gaffer_database_url = postgres_url
+    app = marks_app(postgres_url, "guard")
     database = database_for(app)
-    Base.metadata.drop_all(database.engine)
-    Base.metadata.create_all(database.engine)
     lease = LeaseClient(database).acquire("guarded", "me", 30)
     models = database.models
     with database.engine.connect() as conn:

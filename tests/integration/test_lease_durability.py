@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import pytest
 from celery import Celery
 from celery.signals import before_task_publish
-from sqlalchemy import Integer, String, func, select, text, update
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import func, select, text, update
 
 import celery_gaffer
 from celery_gaffer import FenceLost, GafferTask
@@ -24,25 +23,12 @@ from celery_gaffer.store import database_for
 from celery_gaffer.store.models import table_of
 from celery_gaffer.task import current_gaffer_run
 
-
-class Base(DeclarativeBase):
-    pass
-
-
-class Mark(Base):
-    __tablename__ = "test_durability_marks"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    label: Mapped[str] = mapped_column(String(200))
+from .marks import Mark, marks, marks_app
 
 
 @pytest.fixture
 def app(postgres_url: str) -> Iterator[Celery]:
-    app = Celery("lease-durability", broker="memory://", set_as_current=False)
-    app.conf.gaffer_database_url = postgres_url
-    celery_gaffer.install(app)
-    engine = database_for(app).engine
-    Base.metadata.drop_all(engine)
-    Base.metadata.create_all(engine)
+    app = marks_app(postgres_url, "lease-durability")
     yield app
     app.close()
 
@@ -54,11 +40,6 @@ def reissue(app: Celery, lease: Lease, owner: str = "after-the-crash") -> None:
     table = table_of(database.models.Lease)
     with database.begin() as conn:
         conn.execute(update(table).where(table.c.name == lease.name).values(owner=owner))
-
-
-def marks(app: Celery) -> list[str]:
-    with database_for(app).session() as s:
-        return list(s.scalars(select(Mark.label).order_by(Mark.id)))
 
 
 def test_lease_statements_do_not_wait_for_the_disk_and_acquisitions_start_not_durable(
