@@ -15,7 +15,7 @@ from .exceptions import (
 )
 from .schedule_store import ScheduleStore
 from .scheduler import Scheduler
-from .schedules import Cron, Every, cron, every
+from .schedules.kinds import Cron, Every, cron, every
 from .task import BatchReport, GafferTask
 from .wiring import install
 

@@ -10,17 +10,16 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy import select
 
-from .cleanup import cleanup
+from .beat.health import all_health
 from .clock import utcnow
 from .exceptions import GafferError
-from .health import all_health
-from .schedule_rows import StoredSchedule
 from .schedule_store import ScheduleStore
-from .schedules import Cron, Every, cron, every
+from .schedules.kinds import Cron, Every, cron, every
 from .store import database_for
-from .store.models import table_of
+from .store import runs as run_rows
+from .store.retention import cleanup
+from .store.schedule_rows import StoredSchedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -325,14 +324,10 @@ def runs(
 ) -> None:
     """The latest runs, newest first: schedule, nominal time, state, items, duration."""
     database = database_for(_app(ctx))
-    table = table_of(database.models.JobRun)
-    query = select(table).order_by(table.c.id.desc()).limit(limit)
-    if schedule_name is not None:
-        query = query.where(table.c.schedule == schedule_name)
-    elif scheduled:
-        query = query.where(table.c.schedule.is_not(None))
     with database.read() as conn:
-        rows = list(conn.execute(query).mappings())
+        rows = run_rows.latest_runs(
+            conn, database.models, limit=limit, schedule=schedule_name, scheduled_only=scheduled
+        )
     if as_json:
         for row in rows:
             click.echo(

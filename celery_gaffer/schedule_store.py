@@ -13,23 +13,16 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from . import manual
+from .beat import triggers
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
-from .schedule_rows import (
-    StoredSchedule,
-    columns,
-    differs,
-    policy_dict,
-    readable_columns,
-    stored,
-)
+from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
-from .store.models import table_of
-from .validation import ScheduleSpec, validate_entry, validate_name
+from .store import schedules as rows
+from .store.schedule_rows import StoredSchedule, columns, differs, policy_dict, stored
 
 logger = logging.getLogger("celery_gaffer.schedules")
 
@@ -86,13 +79,10 @@ class ScheduleStore:
                         "(pass replace=True to overwrite it)",
                         field="name",
                     )
-                conn.execute(
-                    update(self._models.Schedule)
-                    .where(self._models.Schedule.name == spec.name)
-                    .values(**columns(spec, existing.watermark_at, now), source=self._source)
-                )
+                values = {**columns(spec, existing.watermark_at, now), "source": self._source}
+                rows.update_schedule(conn, self._models, spec.name, values)
             else:
-                conn.execute(insert(self._models.Schedule).values(**self._new_row(spec, now)))
+                rows.insert_schedules(conn, self._models, [self._new_row(spec, now)])
             return self._get(conn, spec.name)
 
     def add_many(self, entries: Iterable[Mapping[str, Any]], *, chunk_size: int = 5000) -> int:
@@ -109,7 +99,7 @@ class ScheduleStore:
         added = 0
         while chunk := list(islice(iterator, chunk_size)):
             now = self._clock()
-            rows = []
+            new_rows = []
             for offset, entry in enumerate(chunk):
                 try:
                     spec = validate_entry(**_entry_arguments(entry), known_tasks=known)
@@ -118,17 +108,18 @@ class ScheduleStore:
                         f"entry {added + offset}: {exc} ({added} schedules were added before it)",
                         field=exc.field,
                     ) from exc
-                rows.append(self._new_row(spec, now))
+                new_rows.append(self._new_row(spec, now))
             try:
                 with self.database.begin() as conn:
-                    conn.execute(insert(self._models.Schedule), rows)
+                    rows.insert_schedules(conn, self._models, new_rows)
             except IntegrityError as exc:
+                last = added + len(new_rows) - 1
                 raise ScheduleExists(
-                    f"name: a schedule in entries {added}-{added + len(rows) - 1} already exists "
-                    f"or is repeated; that chunk was not written ({added} were added before it)",
+                    f"name: a schedule in entries {added}-{last} already exists or is "
+                    f"repeated; that chunk was not written ({added} were added before it)",
                     field="name",
                 ) from exc
-            added += len(rows)
+            added += len(new_rows)
         return added
 
     def update(self, name: str, **changes: Any) -> StoredSchedule:
@@ -154,11 +145,7 @@ class ScheduleStore:
                 options=changes.get("options", current.options),
                 gaffer=policy,
             )
-            conn.execute(
-                update(self._models.Schedule)
-                .where(self._models.Schedule.name == name)
-                .values(**columns(spec, current.watermark_at, now))
-            )
+            rows.update_schedule(conn, self._models, name, columns(spec, current.watermark_at, now))
             return self._get(conn, name)
 
     def pause(self, name: str) -> StoredSchedule:
@@ -172,10 +159,7 @@ class ScheduleStore:
     def remove(self, name: str) -> None:
         """Delete ``name``; its ledger and run history stay for ``cleanup`` to expire."""
         with self.database.begin() as conn:
-            result = conn.execute(
-                delete(self._models.Schedule).where(self._models.Schedule.name == name)
-            )
-            if result.rowcount == 0:
+            if rows.delete_schedules(conn, self._models, [name]) == 0:
                 raise ScheduleNotFound(f"name: no schedule named {name!r}", field="name")
 
     def sync_config(self, beat_schedule: Mapping[str, Mapping[str, Any]]) -> None:
@@ -219,21 +203,13 @@ class ScheduleStore:
 
     def _sync(self, specs: list[ScheduleSpec]) -> None:
         now = self._clock()
-        table = table_of(self._models.Schedule)
         wanted = {spec.name: spec for spec in specs}
         with self.database.begin() as conn:
-            existing = {
-                row["name"]: row
-                for row in conn.execute(
-                    select(*readable_columns(table))
-                    .where((table.c.source == "config") | table.c.name.in_(list(wanted)))
-                    .with_for_update()
-                ).mappings()
-            }
+            existing = rows.lock_config_rows(conn, self._models, wanted)
             for name, spec in wanted.items():
                 row = existing.get(name)
                 if row is None:
-                    conn.execute(insert(table).values(**self._new_row(spec, now)))
+                    rows.insert_schedules(conn, self._models, [self._new_row(spec, now)])
                 elif row["source"] != "config":
                     logger.warning(
                         "beat_schedule entry %r ignored: a schedule of source %r has that name",
@@ -247,27 +223,26 @@ class ScheduleStore:
                     if not current.enabled:
                         values.update(enabled=False, next_fire_at=None, check_at=None)
                     if current.error is not None or differs(current, spec):
-                        conn.execute(update(table).where(table.c.name == name).values(**values))
+                        rows.update_schedule(conn, self._models, name, values)
             gone = [
                 n for n, row in existing.items() if row["source"] == "config" and n not in wanted
             ]
-            if gone:
-                conn.execute(delete(table).where(table.c.name.in_(gone)))
+            rows.delete_schedules(conn, self._models, gone)
 
     def trigger(self, name: str) -> str:
         """Publish one fire of ``name`` now, with its own key; returns the key."""
-        return manual.trigger(self.app, self.database, name, self._clock).key
+        return triggers.trigger(self.app, self.database, name, self._clock).key
 
     def backfill(
         self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
-    ) -> manual.BackfillReport:
+    ) -> triggers.BackfillReport:
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have."""
         current = self.get(name)
         if current.schedule is None:
             raise InvalidInput(
                 f"name: schedule {name!r} is in error: {current.error}", field="name"
             )
-        return manual.backfill(
+        return triggers.backfill(
             self.app, self.database, name, current.schedule, start, end, self._clock, limit=limit
         )
 
@@ -280,10 +255,8 @@ class ScheduleStore:
 
     def list(self, *, limit: int | None = None) -> list[StoredSchedule]:
         """Schedules ordered by name (at most ``limit``)."""
-        table = table_of(self._models.Schedule)
         with self.database.read() as conn:
-            stmt = select(*readable_columns(table)).order_by(table.c.name).limit(limit)
-            return [stored(row) for row in conn.execute(stmt).mappings()]
+            return rows.list_schedules(conn, self._models, limit=limit)
 
     # -- internals ------------------------------------------------------------------
 
@@ -311,7 +284,6 @@ class ScheduleStore:
 
     def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         now = self._clock()
-        s = self._models.Schedule
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
             if current.policy.enabled == enabled:
@@ -326,16 +298,11 @@ class ScheduleStore:
                 )
             else:
                 values.update(next_fire_at=None, check_at=None, health="ok")
-            conn.execute(update(s).where(s.name == name).values(**values))
+            rows.update_schedule(conn, self._models, name, values)
             return self._get(conn, name)
 
     def _row(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule | None:
-        table = table_of(self._models.Schedule)
-        stmt = select(*readable_columns(table)).where(table.c.name == validate_name(name))
-        if lock:
-            stmt = stmt.with_for_update()
-        row = conn.execute(stmt).mappings().one_or_none()
-        return None if row is None else stored(row)
+        return rows.read_schedule(conn, self._models, validate_name(name), lock=lock)
 
     def _require(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule:
         row = self._row(conn, name, lock=lock)

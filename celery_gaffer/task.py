@@ -28,7 +28,6 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from .batches import BatchReport, run_batches
 from .exceptions import (
     AlreadyProcessed,
     DatabaseUnavailable,
@@ -37,31 +36,24 @@ from .exceptions import (
     InvalidInput,
     LeaseHeld,
 )
-from .fencing import (
+from .fencing.batches import BatchReport, run_batches
+from .fencing.context import (
     RunContext,
     current_run,
-    fenced_sessions,
     new_owner,
     require_run,
-    run_info,
 )
-from .idempotency import COMPLETED, key_state
-from .leases import Lease
-from .run_leases import RELEASE_AT_END, TAKEN, Taken, ends_quietly
-from .runs import KEY_STATE, records_end
+from .fencing.leases import Lease
+from .fencing.sessions import fenced_sessions, run_info
+from .protocol import FireHeaders, KeyState, Overlap, RunState
+from .runs.delivery import Delivery, DeliveryPolicy
+from .runs.overlap import ends_quietly
+from .runs.recorder import records_end
+from .schedules.spec import OVERLAP_POLICIES, validate_key
 from .store import Database, database_for
-from .validation import OVERLAP_POLICIES, validate_key
+from .store.keys import key_state
 
 logger = logging.getLogger("celery_gaffer.task")
-
-# Message headers of a scheduled fire, kept when a run is retried.
-FIRE_HEADERS = (
-    "celery_beat_task",
-    "gaffer_schedule",
-    "gaffer_nominal_at",
-    "gaffer_key",
-    "gaffer_overlap",
-)
 
 # How many times a delivery defers to a live holder of its own work before giving up.
 DEFER_RETRIES = 1000
@@ -70,7 +62,7 @@ DEFER_RETRIES = 1000
 PROGRESS_INTERVAL = 1.0
 
 
-class GafferTask(Task):  # type: ignore[misc]
+class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     """Celery task base class: idempotency keys, fenced leases, resumable batches.
 
     Class attributes (also accepted as ``@app.task(...)`` options):
@@ -93,13 +85,13 @@ class GafferTask(Task):  # type: ignore[misc]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
+        delivery = Delivery.of(request)
         database = self._database()
         # The key and its state, read with the run record at task_prerun (if installed).
-        known: tuple[str, str | None] | None = getattr(request, KEY_STATE, None)
+        known = delivery.key_state
         task_id = request.id or str(uuid.uuid4())
-        # The overlap lease, when task_prerun's start record took it (see run_leases).
-        taken: Taken | None = getattr(request, TAKEN, None)
-        setattr(request, TAKEN, None)  # from here on, this run frees it
+        # The overlap lease, when task_prerun's start record took it (see runs.overlap).
+        taken, delivery.taken = delivery.taken, None  # from here on, this run frees it
         run = RunContext(
             database=database,
             task_id=task_id,
@@ -110,31 +102,31 @@ class GafferTask(Task):  # type: ignore[misc]
             if taken is not None and taken.fence is not None:
                 # Adopted first: whatever happens next, the end of the run frees it.
                 run.adopt(taken.name, taken.fence, taken.ttl)
-            run.key = known[0] if known is not None else self._run_key(args, kwargs)
+            run.key = known[0] if known is not None else self.gaffer_delivery_key(args, kwargs)
             if run.key is not None:
                 if known is not None:
                     run.key_state = known[1]
                 else:
                     with database.autocommit() as conn:
                         run.key_state = key_state(conn, database.models, run.key)
-                if run.key_state == COMPLETED:
-                    return self._end_without_work(run, "duplicate")
-            overlap = self._overlap_lease()
+                if run.key_state == KeyState.COMPLETED:
+                    return self._end_without_work(run, RunState.DUPLICATE)
+            overlap = self.gaffer_overlap_lease()
             if overlap is not None and not any(lease.name == overlap[0] for lease in run.leases):
                 name, policy = overlap
                 wait = self.gaffer_overlap_wait
                 try:
                     if taken is not None and taken.name == name and wait <= 0:
                         raise LeaseHeld(f"lease {name!r} is held by another live holder")
-                    self._take(run, name, steal=policy == "replace", wait=wait)
+                    self._take(run, name, steal=policy == Overlap.REPLACE, wait=wait)
                 except LeaseHeld:
-                    return self._end_without_work(run, "skipped")
+                    return self._end_without_work(run, RunState.SKIPPED)
             return super().__call__(*args, **kwargs)
         except AlreadyProcessed:
-            return self._end_without_work(run, "duplicate")
+            return self._end_without_work(run, RunState.DUPLICATE)
         except FenceLost as exc:
             if request.called_directly or request.is_eager or not run.lost_to_a_crash():
-                self._set_outcome(run, "fence_lost")
+                self._set_outcome(run, RunState.FENCE_LOST)
                 raise
             # The server crashed and lost the acquisition: nobody else has the work.
             raise self._retry_transient(exc) from exc
@@ -143,12 +135,12 @@ class GafferTask(Task):  # type: ignore[misc]
                 raise
             raise self._retry_transient(exc) from exc
         finally:
-            # Kept on the request for the run record written at task_postrun.
-            request.gaffer_run_key = run.key
-            request.gaffer_run_fence = run.last_fence
-            if run.leases and records_end(request, database) and ends_quietly(self, request):
+            # Kept for the run record written at task_postrun.
+            delivery.run_key = run.key
+            delivery.run_fence = run.last_fence
+            if run.leases and records_end(delivery, database) and ends_quietly(self, request):
                 # Freed by the statement that records the run's end, a moment from now.
-                setattr(request, RELEASE_AT_END, run.close(defer=True))
+                delivery.release_at_end = run.close(defer=True)
             else:
                 run.close()
             current_run.reset(token)
@@ -157,11 +149,7 @@ class GafferTask(Task):  # type: ignore[misc]
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         """Celery's ``retry``, keeping the fire's ``gaffer_*`` headers on the new message."""
-        fire_headers = {
-            name: getattr(self.request, name)
-            for name in FIRE_HEADERS
-            if getattr(self.request, name, None) is not None
-        }
+        fire_headers = FireHeaders.of(self.request).as_headers()
         if fire_headers:
             kwargs["headers"] = {**(kwargs.get("headers") or {}), **fire_headers}
         return super().retry(*args, **kwargs)
@@ -304,23 +292,26 @@ class GafferTask(Task):  # type: ignore[misc]
     def _database(self) -> Database:
         return database_for(self.app)
 
-    def _run_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        fire_key = getattr(self.request, "gaffer_key", None)
+    def gaffer_delivery_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        """The run's key: the fire's (a scheduled run), else :meth:`idempotency_key`'s."""
+        fire_key = FireHeaders.of(self.request).key
         key = fire_key if fire_key else self.idempotency_key(*args, **kwargs)
         return None if key is None else validate_key(key)
 
-    def _overlap_lease(self) -> tuple[str, str] | None:
-        schedule = getattr(self.request, "gaffer_schedule", None)
-        schedule_policy = getattr(self.request, "gaffer_overlap", None) or "allow"
-        if schedule and schedule_policy != "allow":
-            return f"overlap:schedule:{schedule}", schedule_policy
+    def gaffer_overlap_lease(self) -> tuple[str, str] | None:
+        """``(lease name, policy)`` of the run's overlap lease: the schedule's policy (a
+        scheduled run) before the task's ``gaffer_overlap``; None when runs may overlap."""
+        headers = FireHeaders.of(self.request)
+        schedule_policy = headers.overlap or Overlap.ALLOW
+        if headers.schedule and schedule_policy != Overlap.ALLOW:
+            return f"overlap:schedule:{headers.schedule}", schedule_policy
         policy = self.gaffer_overlap
         if policy not in OVERLAP_POLICIES:
             raise InvalidInput(
                 f"gaffer_overlap: {policy!r} is not one of {OVERLAP_POLICIES}",
                 field="gaffer_overlap",
             )
-        if policy == "allow":
+        if policy == Overlap.ALLOW:
             return None
         return f"overlap:task:{self.name}", policy
 
@@ -364,11 +355,11 @@ class GafferTask(Task):  # type: ignore[misc]
         soft = soft or self.soft_time_limit or self.app.conf.task_soft_time_limit
         return 0.8 * float(soft) if soft else None
 
-    def _set_outcome(self, run: RunContext, outcome: str) -> None:
+    def _set_outcome(self, run: RunContext, outcome: RunState) -> None:
         run.outcome = outcome
-        self.request.gaffer_outcome = outcome
+        Delivery.of(self.request).outcome = outcome
 
-    def _end_without_work(self, run: RunContext, outcome: str) -> None:
+    def _end_without_work(self, run: RunContext, outcome: RunState) -> None:
         self._set_outcome(run, outcome)
         logger.info(
             "%s[%s] ended %s (key %s)",

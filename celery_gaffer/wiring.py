@@ -11,9 +11,9 @@ from typing import Any
 
 from celery import signals
 
-from . import runs
+from .runs import recorder
+from .runtime import reset_after_fork
 from .settings import settings_for
-from .store import dispose_engines
 
 logger = logging.getLogger("celery_gaffer")
 
@@ -30,9 +30,9 @@ def install(app: Any) -> None:
     if _installed.get(id(app)) is app:
         return
     signals.worker_process_init.connect(
-        _dispose_inherited_engines, weak=False, dispatch_uid="celery_gaffer.dispose_engines"
+        _reset_after_fork, weak=False, dispatch_uid="celery_gaffer.dispose_engines"
     )
-    runs.connect(app)
+    recorder.connect(app)
     _installed[id(app)] = app
     logger.debug(
         "celery-gaffer installed on %s (database %s)",
@@ -47,6 +47,6 @@ def is_installed(app: Any) -> bool:
     return _installed.get(id(app)) is app
 
 
-def _dispose_inherited_engines(**_: Any) -> None:
-    # A prefork child must not reuse its parent's pooled connections.
-    dispose_engines(close=False)
+def _reset_after_fork(**_: Any) -> None:
+    # A prefork child must not reuse its parent's pooled connections or threads.
+    reset_after_fork()

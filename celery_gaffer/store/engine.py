@@ -1,8 +1,8 @@
 """One SQLAlchemy engine per process and database URL, created lazily.
 
 A forked child (Celery's prefork pool) must not share its parent's pooled connections:
-:func:`get_engine` notices the new process id and builds a fresh engine, leaving the
-parent's sockets alone (``dispose(close=False)``).
+the engines are a part of the process's :func:`~celery_gaffer.runtime.runtime`, so a
+child builds fresh ones, leaving the parent's sockets alone (``dispose(close=False)``).
 
 SQLite is the embedded default and is used by several processes on one host (Beat and
 workers), so every connection runs in WAL mode with a busy timeout, and every write
@@ -12,8 +12,6 @@ front, so a read-then-write transaction can never be overtaken by another writer
 
 from __future__ import annotations
 
-import os
-import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -21,7 +19,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session, sessionmaker
 
-from .held import Held
+from ..runtime import runtime
+from .idle import Held
 
 # Milliseconds a SQLite writer waits for the write lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -32,14 +31,44 @@ AUTOCOMMIT_POOL = "gaffer_autocommit_pool"
 # Execution option: this transaction only reads, so SQLite may start it DEFERRED.
 READ_ONLY = "gaffer_read_only"
 
-_lock = threading.Lock()
-_engines: dict[tuple[URL, bool, bool], Engine] = {}
-# The same engines by the URL object's identity: hashing a URL renders it as a string
-# (about 50 µs), and a run looks its engines up several times. The URL is kept in the
-# value, so its id cannot be reused while the entry exists.
-_by_identity: dict[tuple[int, bool, bool], tuple[URL, Engine]] = {}
-_held: dict[int, Held] = {}  # id(engine) -> its idle connections (autocommit pools)
-_owner_pid = os.getpid()
+
+class Engines:
+    """This process's engines, by URL and kind, and the idle connections of each."""
+
+    def __init__(self) -> None:
+        self.engines: dict[tuple[URL, bool, bool], Engine] = {}
+        # The same engines by the URL object's identity: hashing a URL renders it as a
+        # string (about 50 µs), and a run looks its engines up several times. The URL is
+        # kept in the value, so its id cannot be reused while the entry exists.
+        self.by_identity: dict[tuple[int, bool, bool], tuple[URL, Engine]] = {}
+        self.held: dict[int, Held] = {}  # id(engine) -> its idle connections
+
+    def get(self, url: URL, relaxed: bool, leases: bool) -> Engine:
+        key = (url, relaxed, leases)  # URL is an immutable, hashable named tuple
+        with runtime().lock:
+            engine = self.engines.get(key)
+            if engine is None:
+                engine = _create_engine(url, relaxed=relaxed, leases=leases)
+                self.engines[key] = engine
+                if engine.get_execution_options().get(AUTOCOMMIT_POOL):
+                    self.held[id(engine)] = Held(engine)
+            self.by_identity[(id(url), relaxed, leases)] = (url, engine)
+            return engine
+
+    def forget(self, *, close: bool) -> None:
+        """Dispose every engine (``close=False``: leave the sockets to another process)."""
+        with runtime().lock:
+            held, engines = list(self.held.values()), list(self.engines.values())
+            self.engines.clear()
+            self.by_identity.clear()
+            self.held.clear()
+        for idle in held:
+            idle.drop(close=close)
+        for engine in engines:
+            engine.dispose(close=close)
+
+    def after_fork(self) -> None:
+        self.forget(close=False)
 
 
 def get_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engine:
@@ -54,48 +83,24 @@ def get_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> Engi
     holder paused inside a transaction on a lease row delays a contender briefly, never
     for ever (and no statement is spent setting that per transaction). Its commits do
     not wait for the disk either: every fence check also matches the lease's owner, and a
-    fence is made durable before it is handed out (see :mod:`celery_gaffer.leases`).
+    fence is made durable before it is handed out (see :mod:`celery_gaffer.fencing.leases`).
     """
-    global _owner_pid
-    found = _by_identity.get((id(url), relaxed, leases))
-    if found is not None and found[0] is url and _owner_pid == os.getpid():
+    engines = runtime().part("engines", Engines)
+    found = engines.by_identity.get((id(url), relaxed, leases))
+    if found is not None and found[0] is url:
         return found[1]
-    key = (url, relaxed, leases)  # URL is an immutable, hashable named tuple
-    with _lock:
-        if os.getpid() != _owner_pid:
-            # Inherited from the parent: drop our references without closing its sockets.
-            _forget(close=False)
-            _owner_pid = os.getpid()
-        engine = _engines.get(key)
-        if engine is None:
-            engine = _create_engine(url, relaxed=relaxed, leases=leases)
-            _engines[key] = engine
-            if engine.get_execution_options().get(AUTOCOMMIT_POOL):
-                _held[id(engine)] = Held(engine)
-        _by_identity[(id(url), relaxed, leases)] = (url, engine)
-        return engine
+    return engines.get(url, relaxed, leases)
 
 
 def held_connection(engine: Engine) -> AbstractContextManager[Connection]:
     """A connection of ``engine``: one kept checked out (autocommit pools) or a new one."""
-    held = _held.get(id(engine))
+    held = runtime().part("engines", Engines).held.get(id(engine))
     return engine.connect() if held is None else held.connection()
 
 
 def dispose_engines(*, close: bool = True) -> None:
     """Dispose every engine of this process (``close=False`` after a fork)."""
-    with _lock:
-        _forget(close=close)
-
-
-def _forget(*, close: bool) -> None:
-    for held in _held.values():
-        held.drop(close=close)
-    for engine in _engines.values():
-        engine.dispose(close=close)
-    _engines.clear()
-    _by_identity.clear()
-    _held.clear()
+    runtime().part("engines", Engines).forget(close=close)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

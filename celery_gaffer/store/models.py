@@ -28,11 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
+from ..protocol import KEY_LENGTH, NAME_LENGTH
 from .types import BigId, UTCDateTime
-
-NAME_LENGTH = 200
-KEY_LENGTH = 512
-ERROR_LENGTH = 2000
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

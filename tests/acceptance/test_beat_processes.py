@@ -16,7 +16,7 @@ from celery import Celery
 from sqlalchemy import select
 
 from celery_gaffer import ScheduleStore, every
-from celery_gaffer.keys import fire_key, fire_task_id
+from celery_gaffer.protocol import fire_key, fire_task_id
 from celery_gaffer.store import database_for
 
 from ..processes import CeleryProcess, celery_processes, project_env

@@ -106,7 +106,7 @@ def test_flower_shows_scheduled_runs_and_batch_progress(
                     if info["state"] == "SUCCESS":
                         break
                 time.sleep(0.2)
-            from celery_gaffer.keys import fire_task_id
+            from celery_gaffer.protocol import fire_task_id
 
             scheduled = tasks[fire_task_id(fired)]
             assert scheduled["name"] == "rproj.ok"

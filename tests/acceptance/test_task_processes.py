@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 from sqlalchemy import select, text
 
-from celery_gaffer.keys import fire_key, fire_task_id
+from celery_gaffer.protocol import fire_key, fire_task_id
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import database_for, get_engine
 

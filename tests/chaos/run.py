@@ -32,7 +32,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
 from celery_gaffer import ScheduleStore, every
-from celery_gaffer.keys import fire_key
+from celery_gaffer.protocol import fire_key
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import database_for, dispose_engines, get_engine
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import celery_gaffer
 from celery_gaffer import FenceLost, GafferTask, LeaseHeld
-from celery_gaffer.leases import LeaseClient
+from celery_gaffer.fencing.leases import LeaseClient
 from celery_gaffer.store import database_for
 from celery_gaffer.store.models import table_of
 
@@ -315,8 +315,8 @@ def test_a_contender_gives_up_on_a_lease_row_locked_by_a_paused_commit(postgres_
     """A holder stopped inside its fenced commit holds the lease row's lock: a contender
     (even one stealing the lease) waits at most the lease lock timeout, then gets
     LeaseHeld, instead of blocking for as long as the holder is stopped."""
-    from celery_gaffer.leases import check_fence
     from celery_gaffer.store.engine import LEASE_LOCK_TIMEOUT_MS
+    from celery_gaffer.store.leases import check_fence
 
     app = Celery("lease-lock", broker="memory://", set_as_current=False)
     app.conf.gaffer_database_url = postgres_url
@@ -407,7 +407,8 @@ def test_the_renewer_wakes_for_a_shorter_ttl_and_only_then() -> None:
     """The renewer thread sleeps until its earliest renewal. A lease with a shorter TTL
     added meanwhile wakes it (else it would miss its renewals); one due later does not
     (a thread switch per run saved). Real threads and time, generous bounds."""
-    from celery_gaffer.leases import Lease, Renewer
+    from celery_gaffer.fencing.leases import Lease
+    from celery_gaffer.fencing.renewer import Renewer
 
     class Client:
         def __init__(self) -> None:
@@ -443,7 +444,8 @@ def test_a_lease_added_while_the_renewer_sleeps_is_renewed_a_third_of_its_ttl_af
     """Not woken for a lease with the same TTL, the thread must still renew it a third
     of its TTL after it was added (about 2 s here), not a third of its TTL after the
     thread next looks (about 4 s). Real threads and time; bounds of a second."""
-    from celery_gaffer.leases import Lease, Renewer
+    from celery_gaffer.fencing.leases import Lease
+    from celery_gaffer.fencing.renewer import Renewer
 
     renewed: dict[str, float] = {}
 

@@ -1,0 +1,156 @@
+"""Late and failing schedules: the alerting rules (docs/how-to/alerting.md).
+
+A schedule is **late** when its most recent nominal fire ``F`` with ``F + grace <= now``
+has no succeeded run for a nominal time ``>= F``; **failing** after
+``gaffer_alert_after_failures`` consecutive failed (or lost) runs. The run recorder keeps
+``last_success_nominal_at`` and ``consecutive_failures`` on the schedule row, so a check
+is a few indexed reads. Beat re-checks only the rows whose ``check_at`` has passed (the
+next fire's grace expiry, or at once after a run ends), logs each change once at ERROR
+and sends :mod:`celery_gaffer.signals`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..protocol import STORED_HEALTH
+from ..protocol import Health as State
+from ..schedules.kinds import Cron, Every, schedule_from_dict
+from ..settings import GafferSettings
+from ..signals import job_failing, job_late, job_recovered
+from ..store import fires as ledger
+from ..store import schedules as schedule_rows
+from ..store.models import Models
+from ..store.schedule_rows import decode_json
+
+logger = logging.getLogger("celery_gaffer.health")
+
+# Fires walked past the watermark when Beat has been down; beyond this, an older due fire
+# is as good as the newest for "is it late".
+_MAX_WALK = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A schedule's state word and the facts behind it."""
+
+    schedule: str
+    state: str  # a Health word: ok | late | failing | paused | error
+    due_nominal_at: datetime | None
+    last_success_at: datetime | None
+    last_success_nominal_at: datetime | None
+    next_fire_at: datetime | None
+    consecutive_failures: int
+    error: str | None = None
+
+    @property
+    def alerting(self) -> bool:
+        return self.state in (State.LATE, State.FAILING)
+
+
+def latest_due_fire(
+    conn: Connection,
+    models: Models,
+    name: str,
+    schedule: Cron | Every,
+    watermark: datetime,
+    until: datetime,
+) -> datetime | None:
+    """The most recent nominal fire ``<= until`` since the schedule was created.
+
+    Fires up to the watermark are in the ledger (those a catch-up policy dropped were
+    older than one that is); later ones, when Beat is behind, come from the schedule.
+    """
+    newest: datetime | None = ledger.latest_nominal(conn, models, name, until)
+    if until > watermark:
+        for fire in islice(schedule.fires_between(watermark, until), _MAX_WALK):
+            newest = fire
+    return newest
+
+
+def evaluate(
+    conn: Connection,
+    models: Models,
+    row: Mapping[Any, Any],
+    now: datetime,
+    settings: GafferSettings,
+) -> tuple[Health, datetime | None]:
+    """The health of one schedule row, and when it should next be checked."""
+    facts = {
+        "schedule": row["name"],
+        "last_success_at": row["last_success_at"],
+        "last_success_nominal_at": row["last_success_nominal_at"],
+        "next_fire_at": row["next_fire_at"],
+        "consecutive_failures": int(row["consecutive_failures"] or 0),
+    }
+    try:
+        schedule = schedule_from_dict(decode_json(row["schedule"]))
+    except (ValueError, TypeError) as exc:
+        return Health(state=State.ERROR, due_nominal_at=None, error=str(exc), **facts), None
+    if row["error"]:
+        return Health(state=State.ERROR, due_nominal_at=None, error=row["error"], **facts), None
+    if not row["enabled"]:
+        return Health(state=State.PAUSED, due_nominal_at=None, **facts), None
+    grace = timedelta(seconds=row["grace"] if row["grace"] is not None else settings.default_grace)
+    due = latest_due_fire(conn, models, row["name"], schedule, row["watermark_at"], now - grace)
+    success = row["last_success_nominal_at"]
+    late = due is not None and (success is None or success < due)
+    failing = facts["consecutive_failures"] >= settings.alert_after_failures
+    state = State.FAILING if failing else State.LATE if late else State.OK
+    following = schedule.next_after(now - grace)
+    check_at = None if following is None else following + grace
+    return Health(state=state, due_nominal_at=due, **facts), check_at
+
+
+def check_due(
+    conn: Connection, models: Models, now: datetime, settings: GafferSettings, limit: int
+) -> list[tuple[Health, str]]:
+    """Re-evaluate the schedules whose ``check_at`` has passed; return (health, previous)."""
+    results = []
+    for row in schedule_rows.lock_due_checks(conn, models, now, limit):
+        health, check_at = evaluate(conn, models, row, now, settings)
+        stored = health.state if health.state in STORED_HEALTH else State.OK
+        schedule_rows.set_health(conn, models, row["name"], stored, check_at)
+        results.append((health, row["health"]))
+    return results
+
+
+def announce(health: Health, previous: str) -> None:
+    """Log a change of state once at ERROR and send its signal."""
+    if health.state == previous or health.state not in STORED_HEALTH:
+        return
+    if health.state == State.LATE:
+        signal, action = job_late, "job_late"
+        message = "schedule %s is late: its fire of %s has not succeeded"
+        detail: Any = health.due_nominal_at
+    elif health.state == State.FAILING:
+        signal, action = job_failing, "job_failing"
+        message = "schedule %s is failing: %s consecutive failed runs"
+        detail = health.consecutive_failures
+    else:
+        signal, action = job_recovered, "job_recovered"
+        message = "schedule %s recovered (%s)"
+        detail = f"was {previous}"
+    logger.error(
+        message, health.schedule, detail, extra={"action": action, "schedule": health.schedule}
+    )
+    signal.send(sender=health.schedule, health=health, previous=previous)
+
+
+def all_health(
+    conn: Connection,
+    models: Models,
+    now: datetime,
+    settings: GafferSettings,
+    limit: int | None = None,
+) -> list[Health]:
+    """The live health of every schedule, by name (what ``gaffer status`` prints)."""
+    rows = schedule_rows.health_rows(conn, models, limit)
+    return [evaluate(conn, models, row, now, settings)[0] for row in rows]

@@ -1,0 +1,385 @@
+"""One Beat tick: due fires into the ledger and out to the broker, then health.
+
+The data path of a tick, in order:
+
+1. :meth:`Tick.dispatch_due`: claim the schedules whose ``next_fire_at`` has passed
+   (an index), decide their fires from the persisted watermark (:mod:`.catchup`, pure),
+   insert them into the ledger and advance the watermarks in one transaction, then
+   publish after commit (:mod:`.publisher`);
+2. :meth:`Tick.publish_pending`: publish the pending fires whose time has come (jittered
+   fires, and fires whose publisher died between commit and publish);
+3. :meth:`Tick.confirm_deliveries`: publish again the sent fires no worker ever started
+   (opt-in, :mod:`.confirm`);
+4. :meth:`Tick.check_health`: mark runs whose heartbeat stopped ``lost`` and re-check the
+   health of the schedules whose ``check_at`` has passed (:mod:`.health`).
+
+Several Beats may run at once: the ledger's unique ``(schedule, nominal_at)`` and row
+locks make each fire sent once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..clock import Clock
+from ..exceptions import GafferError
+from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
+from ..schedules.kinds import Cron, Every, schedule_from_dict
+from ..schedules.spec import Policy
+from ..store import Database
+from ..store import fires as ledger
+from ..store import runs as run_rows
+from ..store import schedules as schedule_rows
+from ..store.fires import Fire, NewFire
+from ..store.models import Models
+from ..store.schedule_rows import decode_json
+from ..store.schedules import DueSchedule, Payload, Probe
+from .catchup import Decision, decide
+from .confirm import claim_unconfirmed
+from .health import announce, check_due
+from .metrics import Metrics
+from .publisher import publish
+
+logger = logging.getLogger("celery_gaffer.scheduler")
+
+# Most times one fire is published when delivery confirmation finds it never started.
+MAX_PUBLISHES = 4
+# Parsed schedules and payloads kept between ticks (the due ones of a busy tick fit).
+PARSED_CACHE = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """What a tick writes for one due schedule (see :func:`plan_row`)."""
+
+    fires: list[NewFire]
+    missed_runs: list[dict[str, Any]]
+    change: dict[str, Any]
+
+
+def plan_row(
+    row: DueSchedule,
+    schedule: Cron | Every,
+    decision: Decision,
+    now: datetime,
+    republish_at: datetime,
+) -> RowPlan:
+    """The ledger rows, ``missed`` run rows and watermark change of one decided schedule.
+
+    A fire due now is inserted as published once (``publish_count`` 1, to be republished
+    after ``republish_at`` if its publisher dies); a jittered one later is inserted
+    unpublished, to be sent when its ``publish_after`` comes.
+    """
+    fires: list[NewFire] = []
+    for nominal in decision.send:
+        key = fire_key(row.name, nominal)
+        send_at = schedule.send_at(key, nominal)
+        if send_at <= now:
+            fires.append(
+                NewFire(
+                    row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, republish_at, 1, key
+                )
+            )
+        else:
+            fires.append(
+                NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, send_at, 0, key)
+            )
+    missed_runs = []
+    for nominal in decision.missed:
+        fires.append(NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.MISSED, now, 0))
+        missed_runs.append(missed_run(row.name, row.task, nominal, now))
+    change = {
+        "b_id": row.id,
+        "watermark_at": decision.watermark,
+        "next_fire_at": decision.next_fire_at,
+        "error": None,
+    }
+    return RowPlan(fires, missed_runs, change)
+
+
+def missed_run(schedule: str, task: str, nominal: datetime, now: datetime) -> dict[str, Any]:
+    """The ``gaffer_job_runs`` row of a fire recorded as missed (never sent)."""
+    key = fire_key(schedule, nominal)
+    return {
+        "task_id": fire_task_id(key),
+        "task_name": task,
+        "schedule": schedule,
+        "nominal_at": nominal,
+        "key": key,
+        "attempt": 0,
+        "state": RunState.MISSED,
+        "finished_at": now,
+        "updated_at": now,
+    }
+
+
+@dataclass
+class Tick:
+    """The tick of one Beat: the work of ``Scheduler.tick``, without Celery's interface."""
+
+    app: Any
+    database: Database
+    clock: Clock
+    #: The Beat's producer (Celery makes it on first use).
+    producer: Callable[[], Any]
+    #: Schedules (and pending fires) handled per transaction.
+    batch_size: int = 1000
+    #: Longest a tick keeps dispatching before it lets Beat's loop run (it returns 0).
+    tick_budget: float = 1.0
+    metrics: Metrics | None = None
+    _parsed: dict[tuple[Any, ...], tuple[Cron | Every, Payload]] = field(default_factory=dict)
+    _reported_errors: set[tuple[str, str]] = field(default_factory=set)
+    _next_lost_sweep: float = 0.0
+
+    @property
+    def models(self) -> Models:
+        return self.database.models
+
+    def run(self, max_interval: float) -> float:
+        """Do every kind of work that is due; the seconds until the next is due."""
+        settings = self.database.settings
+        now = self.clock()
+        current = self.probe()
+        fires, checks, pending, confirms = current.due(now)
+        busy = worked = False
+        if fires or pending or confirms:
+            worked = True
+            started = time.monotonic()
+            while True:
+                busy = self.dispatch_due(now, max_interval)
+                busy = self.publish_pending(now) or busy
+                busy = self.confirm_deliveries(now) or busy
+                if not busy or time.monotonic() - started > self.tick_budget:
+                    break
+                now = self.clock()
+        if checks or time.monotonic() >= self._next_lost_sweep:
+            worked = True
+            self.check_health(self.clock())
+        if busy:
+            return 0.0
+        if worked:
+            current = self.probe()
+        wake_at = current.earliest()
+        delay = float(max_interval)
+        if wake_at is not None:
+            delay = min(delay, (wake_at - self.clock()).total_seconds())
+        delay = min(delay, self._next_lost_sweep - time.monotonic(), settings.lease_ttl / 3)
+        return max(0.0, delay)
+
+    def probe(self) -> Probe:
+        confirm = self.database.settings.confirm_delivery_after is not None
+        with self.database.autocommit() as conn:
+            return schedule_rows.probe(conn, self.models, confirm=confirm)
+
+    def dispatch_due(self, now: datetime, max_interval: float) -> bool:
+        """Decide, record and publish the fires of the schedules due now; True: a full
+        batch (call again)."""
+        settings = self.database.settings
+        on_time = timedelta(seconds=max(2 * float(max_interval), 10.0))
+        republish_at = now + timedelta(seconds=settings.republish_after)
+        with self.database.begin() as conn:
+            due = schedule_rows.claim_due_schedules(conn, self.models, now, self.batch_size)
+            if not due:
+                return False
+            plans: list[RowPlan] = []
+            changes: list[dict[str, Any]] = []
+            payloads: dict[str, Payload] = {}
+            for row in due:
+                try:
+                    schedule, payload = self._usable(row)
+                except (GafferError, ValueError, TypeError) as exc:
+                    changes.append(self._error_change(row, exc))
+                    continue
+                policy = Policy(catchup=row.catchup, starting_deadline=row.starting_deadline)
+                decision = decide(
+                    schedule,
+                    policy,
+                    row.watermark_at,
+                    now,
+                    max_catchup=settings.max_catchup,
+                    on_time=on_time,
+                )
+                plan = plan_row(row, schedule, decision, now, republish_at)
+                _log_decision(row, decision)
+                plans.append(plan)
+                changes.append(plan.change)
+                payloads[row.name] = payload
+            new_fires = [fire for plan in plans for fire in plan.fires]
+            inserted = ledger.insert_fires(conn, self.models, new_fires, now)
+            schedule_rows.advance_schedules(conn, self.models, changes)
+            run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
+        self._publish([fire for fire in inserted if fire.publish_count > 0], payloads)
+        return len(due) >= self.batch_size
+
+    def publish_pending(self, now: datetime) -> bool:
+        """Publish the pending fires whose ``publish_after`` has passed; True: a full batch."""
+        settings = self.database.settings
+        with self.database.begin() as conn:
+            claimed = ledger.claim_pending(
+                conn, self.models, now, settings.republish_after, self.batch_size
+            )
+            if not claimed:
+                return False
+            payloads = schedule_rows.load_payloads(
+                conn, self.models, {fire.schedule for fire in claimed}
+            )
+            orphans = [fire.id for fire in claimed if fire.schedule not in payloads]
+            ledger.mark_cancelled(conn, self.models, orphans)
+        self._publish([fire for fire in claimed if fire.schedule in payloads], payloads)
+        return len(claimed) >= self.batch_size
+
+    def confirm_deliveries(self, now: datetime) -> bool:
+        """Publish again the sent fires that no worker ever started (opt-in)."""
+        settings = self.database.settings
+        if settings.confirm_delivery_after is None:
+            return False
+        with self.database.begin() as conn:
+            found = claim_unconfirmed(
+                conn,
+                self.models,
+                now,
+                settings.confirm_delivery_after,
+                MAX_PUBLISHES,
+                self.batch_size,
+            )
+            again = found.again
+            payloads = schedule_rows.load_payloads(
+                conn, self.models, {fire.schedule for fire in again}
+            )
+        for key in found.given_up:
+            logger.error(
+                "fire %s was published %d times and never started; giving up",
+                key,
+                MAX_PUBLISHES,
+                extra={"action": "fire_unconfirmed", "key": key},
+            )
+        self._publish([fire for fire in again if fire.schedule in payloads], payloads)
+        return found.handled >= self.batch_size
+
+    def check_health(self, now: datetime) -> None:
+        """Mark runs whose heartbeat stopped ``lost``, re-check due schedules' health."""
+        settings = self.database.settings
+        sweep = time.monotonic() >= self._next_lost_sweep
+        if sweep:
+            # Heartbeats beat every third of the TTL; looking as often finds a lost run
+            # within a TTL and a third, without a query on every tick.
+            self._next_lost_sweep = time.monotonic() + settings.lease_ttl / 3
+        with self.database.begin() as conn:
+            lost = sweep_lost(conn, self.models, settings.lease_ttl) if sweep else []
+            changes = check_due(conn, self.models, now, settings, self.batch_size)
+            if self.metrics is not None:
+                self.metrics.observe_runs(conn, self.models, now)
+        for run_id, schedule in lost:
+            logger.error(
+                "run %s of %s is lost: its heartbeat stopped (worker killed?)",
+                run_id,
+                schedule or "-",
+                extra={"action": "run_lost", "schedule": schedule},
+            )
+        for health, previous in changes:
+            announce(health, previous)
+            if self.metrics is not None:
+                self.metrics.observe_health(health)
+
+    def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
+        if not fires:
+            return
+        sent = publish(self.app, self.database, fires, payloads, self.producer(), self.clock)
+        if self.metrics is not None:
+            now = self.clock()
+            for fire in sent:
+                self.metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
+
+    def _usable(self, row: DueSchedule) -> tuple[Cron | Every, Payload]:
+        """The parsed schedule and payload of a row, or an error saying why it is unusable.
+
+        Both are cached by the row's id and raw column values, so an edited row is
+        parsed again and an unchanged one is not.
+        """
+        if row.task not in self.app.tasks:
+            raise GafferError(f"task: {row.task!r} is not registered with this Beat's app")
+        cache_key = (
+            row.id,
+            str(row.schedule),
+            row.task,
+            str(row.args),
+            str(row.kwargs),
+            str(row.options),
+            row.overlap,
+        )
+        usable = self._parsed.get(cache_key)
+        if usable is None:
+            usable = parse_row(row)
+            if len(self._parsed) >= PARSED_CACHE:
+                self._parsed.clear()
+            self._parsed[cache_key] = usable
+        return usable
+
+    def _error_change(self, row: DueSchedule, exc: Exception) -> dict[str, Any]:
+        message = str(exc) or type(exc).__name__
+        if (row.name, message) not in self._reported_errors:
+            self._reported_errors.add((row.name, message))
+            logger.error(
+                "schedule %s cannot be used and is marked in error: %s",
+                row.name,
+                message,
+                extra={"action": "schedule_error", "schedule": row.name},
+            )
+        return {
+            "b_id": row.id,
+            "watermark_at": row.watermark_at,
+            "next_fire_at": None,
+            "error": message,
+        }
+
+
+def parse_row(row: DueSchedule) -> tuple[Cron | Every, Payload]:
+    """A due row's schedule and payload, decoded (GafferError: why it cannot be used)."""
+    schedule = schedule_from_dict(decode_json(row.schedule))
+    try:
+        args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
+    except ValueError as exc:
+        raise GafferError(f"args/kwargs/options: undecodable JSON ({exc})") from exc
+    if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(options, dict):
+        raise GafferError("args/kwargs/options: expected a list and two objects")
+    return schedule, Payload(row.task, args, kwargs, options, row.overlap)
+
+
+def sweep_lost(
+    conn: Connection, models: Models, stale_after: float
+) -> list[tuple[str, str | None]]:
+    """Mark ``running`` rows whose heartbeat stopped ``stale_after`` seconds ago ``lost``,
+    count each against its schedule, and reopen their fires for delivery confirmation;
+    ``(run id, schedule)`` of each."""
+    stale = run_rows.mark_stale_lost(conn, models, stale_after)
+    for _, schedule, _ in stale:
+        if schedule:
+            schedule_rows.update_schedule_facts(conn, models, schedule, RunState.LOST, None)
+    # With delivery confirmation on, a fire whose run was lost is checked again: if its
+    # message went down with the worker and the broker, it is published again.
+    ledger.reopen_now(conn, models, [task_id for _, _, task_id in stale])
+    return [(str(run_id), schedule) for run_id, schedule, _ in stale]
+
+
+def _log_decision(row: DueSchedule, decision: Decision) -> None:
+    for nominal in decision.missed:
+        logger.warning(
+            "fire %s is older than its starting deadline: recorded as missed",
+            fire_key(row.name, nominal),
+            extra={"action": "fire_missed", "schedule": row.name},
+        )
+    if decision.skipped:
+        logger.warning(
+            "schedule %s: %d missed fires not sent (catch-up policy %r)",
+            row.name,
+            decision.skipped,
+            row.catchup,
+            extra={"action": "fires_skipped", "schedule": row.name},
+        )

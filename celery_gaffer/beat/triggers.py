@@ -1,0 +1,97 @@
+"""Fires made by hand: ``trigger`` (one now) and ``backfill`` (a past range).
+
+Both go through the ledger like Beat's fires, so a backfill never repeats a fire that
+was already sent, and both are published at once by the calling process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..clock import Clock
+from ..exceptions import InvalidInput, ScheduleNotFound
+from ..protocol import FireKind, FireState
+from ..schedules.kinds import Cron, Every
+from ..store import Database
+from ..store.fires import Fire, NewFire, insert_fires
+from ..store.schedules import load_payloads
+from .publisher import publish
+
+# A manual fire's nominal time is the second it was asked for; if a fire of that
+# schedule already has that second, the next free one is taken (at most this many).
+_TRIGGER_ATTEMPTS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillReport:
+    """``sent``: fires published now; ``already``: fires the ledger already had."""
+
+    sent: int
+    already: int
+
+
+def trigger(app: Any, database: Database, name: str, clock: Clock) -> Fire:
+    """Publish one fire of ``name`` now, with its own key (nominal time: now)."""
+    now = clock()
+    republish_at = now + timedelta(seconds=database.settings.republish_after)
+    nominal = now.replace(microsecond=0)
+    with database.begin() as conn:
+        payloads = load_payloads(conn, database.models, [name])
+        if name not in payloads:
+            raise ScheduleNotFound(f"name: no usable schedule named {name!r}", field="name")
+        inserted: list[Fire] = []
+        for offset in range(_TRIGGER_ATTEMPTS):
+            candidate = nominal + timedelta(seconds=offset)
+            inserted = insert_fires(
+                conn,
+                database.models,
+                [NewFire(name, candidate, FireKind.MANUAL, FireState.PENDING, republish_at, 1)],
+                now,
+            )
+            if inserted:
+                break
+    if not inserted:
+        raise InvalidInput(
+            f"name: {name!r} was triggered too often in the last seconds", field="name"
+        )
+    with app.producer_or_acquire() as producer:
+        publish(app, database, inserted, payloads, producer, clock)
+    return inserted[0]
+
+
+def backfill(
+    app: Any,
+    database: Database,
+    name: str,
+    schedule: Cron | Every,
+    start: datetime,
+    end: datetime,
+    clock: Clock,
+    *,
+    limit: int = 10_000,
+) -> BackfillReport:
+    """Publish every fire of ``name`` with ``start < nominal <= end`` not already in the ledger."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise InvalidInput("from/to: expected timezone-aware datetimes", field="from")
+    now = clock()
+    if end > now:
+        raise InvalidInput("to: a backfill covers the past only", field="to")
+    nominals = []
+    for nominal in schedule.fires_between(start, end):
+        nominals.append(nominal)
+        if len(nominals) > limit:
+            raise InvalidInput(f"from/to: more than {limit} fires in that range", field="from")
+    republish_at = now + timedelta(seconds=database.settings.republish_after)
+    fires = [
+        NewFire(name, nominal, FireKind.BACKFILL, FireState.PENDING, republish_at, 1)
+        for nominal in nominals
+    ]
+    with database.begin() as conn:
+        payloads = load_payloads(conn, database.models, [name])
+        inserted = insert_fires(conn, database.models, fires, now)
+    if inserted:
+        with app.producer_or_acquire() as producer:
+            publish(app, database, inserted, payloads, producer, clock)
+    return BackfillReport(sent=len(inserted), already=len(nominals) - len(inserted))

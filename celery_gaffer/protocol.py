@@ -1,0 +1,252 @@
+"""The message contract between Beat and workers, and the words both sides store.
+
+Everything two processes must agree on lives here, as pure values and functions:
+
+* a fire's key ``"{schedule}@{nominal:%Y-%m-%dT%H:%M:%SZ}"``, its Celery task id
+  ``uuid5(NAMESPACE_URL, "gaffer:" + key)`` and its jitter delay, the same in every
+  process whatever the Python version, platform or ``PYTHONHASHSEED`` (that is what lets
+  several Beats agree);
+* the message headers a fire carries (:class:`FireHeaders`), read back from Celery's
+  request by the worker;
+* the states of runs, fires and keys and the schedule policies, as string enums whose
+  values are what the database stores;
+* the lengths of the columns that user input must fit.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from hashlib import blake2b
+from typing import Any
+from uuid import NAMESPACE_URL, uuid5
+
+from .exceptions import InvalidSchedule
+
+__all__ = [
+    "ERROR_LENGTH",
+    "KEY_LENGTH",
+    "NAME_LENGTH",
+    "NOMINAL_FORMAT",
+    "Catchup",
+    "FireHeaders",
+    "FireState",
+    "Health",
+    "KeyState",
+    "Overlap",
+    "RunState",
+    "fire_key",
+    "fire_task_id",
+    "format_nominal",
+    "jitter_delay",
+    "parse_nominal",
+]
+
+#: Longest schedule name (and lease name) a user may write.
+NAME_LENGTH = 200
+#: Longest idempotency key.
+KEY_LENGTH = 512
+#: Longest error message kept on a run record (longer ones are cut).
+ERROR_LENGTH = 2000
+
+#: How a nominal time is written in a fire's key and in its ``gaffer_nominal_at`` header.
+NOMINAL_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10
+
+    class StrEnum(str, enum.Enum):
+        """``enum.StrEnum`` of Python 3.11: members are their values as strings."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class RunState(StrEnum):
+    """The state of one delivery in ``gaffer_job_runs``."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    REVOKED = "revoked"
+    SKIPPED = "skipped"
+    DUPLICATE = "duplicate"
+    FENCE_LOST = "fence_lost"
+    MISSED = "missed"
+    LOST = "lost"
+
+
+#: Run states that count towards ``gaffer_alert_after_failures``.
+FAILURE_STATES = (RunState.FAILED, RunState.LOST)
+
+
+class FireState(StrEnum):
+    """The state of a fire in the ledger."""
+
+    PENDING = "pending"  # inserted, not yet published (or its publisher died)
+    SENT = "sent"
+    DELIVERED = "delivered"  # a run record proves a worker started it
+    UNCONFIRMED = "unconfirmed"  # published the most times and never started
+    MISSED = "missed"  # older than its starting deadline: never sent
+    CANCELLED = "cancelled"  # its schedule was removed before it was published
+
+
+class FireKind(StrEnum):
+    """Why a fire exists."""
+
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"  # gaffer trigger
+    BACKFILL = "backfill"
+
+
+class KeyState(StrEnum):
+    """The state of an idempotency key."""
+
+    CLAIMED = "claimed"  # a resumable run (batches) is under way
+    COMPLETED = "completed"  # its effect is done: no other run may do it again
+
+
+class Catchup(StrEnum):
+    """What a tick sends of the fires missed while no Beat ran."""
+
+    LATEST = "latest"
+    ALL = "all"
+    SKIP = "skip"
+
+
+class Overlap(StrEnum):
+    """Whether runs of one task (or of one schedule) may overlap."""
+
+    ALLOW = "allow"
+    FORBID = "forbid"
+    REPLACE = "replace"
+
+
+class Health(StrEnum):
+    """A schedule's state word, as ``gaffer status`` prints it."""
+
+    OK = "ok"
+    LATE = "late"
+    FAILING = "failing"
+    PAUSED = "paused"
+    ERROR = "error"
+
+
+#: Health words stored on the schedule row (paused and error are derived from the row).
+STORED_HEALTH = (Health.OK, Health.LATE, Health.FAILING)
+
+
+def fire_key(schedule_name: str, nominal_at: datetime) -> str:
+    """``"{schedule}@{nominal:%Y-%m-%dT%H:%M:%SZ}"``, the nominal time converted to UTC."""
+    if not isinstance(nominal_at, datetime) or nominal_at.utcoffset() is None:
+        raise InvalidSchedule(
+            f"nominal_at must be a timezone-aware datetime, got {nominal_at!r}",
+            field="nominal_at",
+        )
+    return f"{schedule_name}@{format_nominal(nominal_at)}"
+
+
+def fire_task_id(key: str) -> str:
+    """The Celery task id of a fire: ``str(uuid5(NAMESPACE_URL, "gaffer:" + key))``."""
+    return str(uuid5(NAMESPACE_URL, "gaffer:" + key))
+
+
+def format_nominal(nominal_at: datetime) -> str:
+    """A nominal time as written in keys and headers (UTC, second precision)."""
+    return nominal_at.astimezone(timezone.utc).strftime(NOMINAL_FORMAT)
+
+
+def parse_nominal(value: Any) -> datetime | None:
+    """The nominal time of a ``gaffer_nominal_at`` header (None when absent or malformed)."""
+    if not value:
+        return None
+    try:
+        return datetime.strptime(str(value), NOMINAL_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+# Domain separation, so that the jitter digest of a key is unrelated to other digests of it.
+_JITTER_PERSON = b"gaffer-jitter"
+
+
+def jitter_delay(key: str, jitter_seconds: float) -> float:
+    """A delay in ``[0, jitter_seconds)`` derived from ``key`` alone (0.0 when no jitter).
+
+    Spread evenly over the range for distinct keys; identical in every process.
+    """
+    if not math.isfinite(jitter_seconds) or jitter_seconds < 0:
+        raise InvalidSchedule(
+            f"jitter must be a finite number of seconds >= 0, got {jitter_seconds!r}",
+            field="jitter",
+        )
+    if jitter_seconds == 0:
+        return 0.0
+    digest = blake2b(key.encode("utf-8"), digest_size=8, person=_JITTER_PERSON).digest()
+    # 53 bits: every fraction is exactly representable as a float, and below 1.
+    fraction = (int.from_bytes(digest, "big") >> 11) / float(1 << 53)
+    delay = fraction * jitter_seconds
+    # The product can round up to ``jitter_seconds`` itself; the range is half-open.
+    return delay if delay < jitter_seconds else math.nextafter(jitter_seconds, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class FireHeaders:
+    """The message headers of a fire sent by the Gaffer scheduler.
+
+    Celery copies message headers onto the task's request, so a worker reads them back
+    with :meth:`of`. A retry keeps them (:meth:`as_headers` of the request's own).
+    """
+
+    schedule: str | None = None
+    nominal_at: str | None = None  # NOMINAL_FORMAT
+    key: str | None = None
+    overlap: str | None = None  # sent only when not "allow"
+    #: Celery's own header marking a Beat send (True), kept on retries too.
+    beat_task: Any = None
+
+    #: Header name of each field.
+    NAMES = (
+        ("schedule", "gaffer_schedule"),
+        ("nominal_at", "gaffer_nominal_at"),
+        ("key", "gaffer_key"),
+        ("overlap", "gaffer_overlap"),
+        ("beat_task", "celery_beat_task"),
+    )
+
+    @classmethod
+    def for_fire(
+        cls, schedule: str, nominal_at: datetime, key: str, overlap: str = Overlap.ALLOW
+    ) -> FireHeaders:
+        return cls(
+            schedule=schedule,
+            nominal_at=format_nominal(nominal_at),
+            key=key,
+            overlap=None if overlap == Overlap.ALLOW else str(overlap),
+            beat_task=True,
+        )
+
+    @classmethod
+    def of(cls, request: Any) -> FireHeaders:
+        """The headers on a Celery request (or a message's header dict)."""
+        if isinstance(request, dict):
+            return cls(*(request.get(header) for _, header in cls.NAMES))
+        return cls(*(getattr(request, header, None) for _, header in cls.NAMES))
+
+    def as_headers(self) -> dict[str, Any]:
+        """The headers that are set, by header name."""
+        headers = {}
+        for name, header in self.NAMES:
+            value = getattr(self, name)
+            if value is not None:
+                headers[header] = value
+        return headers
+
+    @property
+    def nominal(self) -> datetime | None:
+        return parse_nominal(self.nominal_at)

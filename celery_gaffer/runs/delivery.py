@@ -1,0 +1,84 @@
+"""One delivery of a Gaffer task, as the run and its signal receivers share it.
+
+Celery hands the run (``GafferTask.__call__``) and the receivers (``task_prerun`` ...
+``task_postrun``) the same request object. A :class:`Delivery` is stored on it once, under
+one attribute, and carries everything they tell each other: the run record's id, the
+key's state read with it, the overlap lease its start record took, the leases the run
+leaves for its end record to free, and how the run ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from ..fencing.leases import Lease
+from ..protocol import FireHeaders
+
+#: The request attribute that holds the :class:`Delivery`.
+ATTRIBUTE = "gaffer_delivery"
+
+
+class Taken(NamedTuple):
+    """The overlap lease the start record tried to take (``fence`` None: held by another)."""
+
+    name: str
+    fence: int | None
+    owner: str
+    ttl: float
+
+
+@dataclass(eq=False, slots=True)
+class Delivery:
+    """What one delivery's run and receivers know of it (see the module)."""
+
+    #: The fire's headers (all None for a task not sent by the Gaffer scheduler).
+    headers: FireHeaders = field(default_factory=FireHeaders)
+    started_at: datetime | None = None
+    #: The run record's id, once task_prerun recorded the start.
+    row_id: int | None = None
+    #: ``(key, state)`` of a GafferTask run's key, read with the start record.
+    key_state: tuple[str, str | None] | None = None
+    #: The overlap lease the start record took; the run adopts it (then sets None).
+    taken: Taken | None = None
+    #: Leases the run left held for the end record to free.
+    release_at_end: list[Lease] = field(default_factory=list)
+    #: A Gaffer outcome that overrides Celery's state (``duplicate``, ``skipped``...).
+    outcome: str | None = None
+    #: The key and last fence the run used, for its end record.
+    run_key: str | None = None
+    run_fence: int | None = None
+    #: The error the run failed or retried with, and the seconds until the retry.
+    error: BaseException | None = None
+    retry_in: float | None = None
+
+    @classmethod
+    def of(cls, request: Any) -> Delivery:
+        """The delivery stored on ``request`` (made and stored on first use)."""
+        found: Delivery | None = getattr(request, ATTRIBUTE, None)
+        if found is None:
+            found = cls(FireHeaders.of(request))
+            setattr(request, ATTRIBUTE, found)
+        return found
+
+    @classmethod
+    def find(cls, request: Any) -> Delivery | None:
+        """The delivery stored on ``request``, if any."""
+        found: Delivery | None = getattr(request, ATTRIBUTE, None)
+        return found
+
+
+class DeliveryPolicy:
+    """What the run recorder asks of a Gaffer task (``GafferTask`` implements it).
+
+    Kept here, below the task class, so that the recorder needs no import of it.
+    """
+
+    def gaffer_delivery_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        """The idempotency key of a run with these arguments (None: no key)."""
+        raise NotImplementedError
+
+    def gaffer_overlap_lease(self) -> tuple[str, str] | None:
+        """``(lease name, policy)`` of the run's overlap lease (None: runs may overlap)."""
+        raise NotImplementedError

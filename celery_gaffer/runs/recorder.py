@@ -1,0 +1,255 @@
+"""Signal receivers that write one ``gaffer_job_runs`` row per delivery.
+
+Connected by :func:`celery_gaffer.install` for one app (receivers check the sender's
+app), each with a ``dispatch_uid``. A row is written for every delivery of a GafferTask
+and of a task sent by the Gaffer scheduler (its message carries ``gaffer_*`` headers):
+``running`` at ``task_prerun``, its final state at ``task_postrun`` (``succeeded``,
+``failed``, ``retrying``, or the ``duplicate`` / ``skipped`` / ``fence_lost`` outcome the
+run set), ``revoked`` from ``task_revoked``. While a run is ``running`` a heartbeat keeps
+its ``updated_at`` fresh; Beat marks a row whose heartbeat stopped ``lost``. A failure to
+write a row is logged with the run's id and never breaks the task.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from celery import signals, states
+
+from ..protocol import ERROR_LENGTH, FireHeaders, RunState
+from ..store import Database, database_for, fastpath
+from ..store import fires as ledger
+from ..store import runs as run_rows
+from ..store import schedules as schedule_rows
+from .delivery import Delivery, DeliveryPolicy
+from .heartbeat import heartbeat_for
+from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
+
+logger = logging.getLogger("celery_gaffer.runs")
+
+# Celery's final states, as run states (a Gaffer outcome set by the run overrides them).
+_CELERY_STATES = {
+    states.SUCCESS: RunState.SUCCEEDED,
+    states.RETRY: RunState.RETRYING,
+    states.REVOKED: RunState.REVOKED,
+}
+# Outcomes whose run record keeps the error.
+_WITH_ERROR = (RunState.FAILED, RunState.FENCE_LOST, RunState.RETRYING)
+
+
+def records_end(delivery: Delivery, database: Database) -> bool:
+    """Whether task_postrun will record this run's end (and can free its leases with it)."""
+    return database.dialect == "postgresql" and delivery.row_id is not None
+
+
+def connect(app: Any) -> None:
+    """Connect the receivers for ``app`` (a second call for the same app changes nothing)."""
+    uid = f"celery_gaffer.runs:{id(app)}"
+    recorder = Recorder(app)
+    signals.task_prerun.connect(recorder.prerun, weak=False, dispatch_uid=uid + ":prerun")
+    signals.task_postrun.connect(recorder.postrun, weak=False, dispatch_uid=uid + ":postrun")
+    signals.task_failure.connect(recorder.failure, weak=False, dispatch_uid=uid + ":failure")
+    signals.task_revoked.connect(recorder.revoked, weak=False, dispatch_uid=uid + ":revoked")
+    signals.task_retry.connect(recorder.retry, weak=False, dispatch_uid=uid + ":retry")
+
+
+def _seconds_until(when: Any) -> float:
+    """Seconds from now until a Retry's ``when`` (an ETA, a countdown, or None)."""
+    if isinstance(when, datetime):
+        eta = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        return max((eta - datetime.now(timezone.utc)).total_seconds(), 0.0)
+    if isinstance(when, (int, float)):
+        return max(float(when), 0.0)
+    return 0.0
+
+
+def _run_key(task: Any, args: Any, kwargs: Any) -> str | None:
+    """The idempotency key of a GafferTask run (None: no key, or not computable here)."""
+    if not isinstance(task, DeliveryPolicy) or args is None or kwargs is None:
+        return None
+    try:
+        return task.gaffer_delivery_key(tuple(args), dict(kwargs))
+    except Exception:  # noqa: BLE001 - the run itself reports a bad key, with its field
+        return None
+
+
+class Recorder:
+    """The receivers of one app."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    @property
+    def database(self) -> Database:
+        return database_for(self.app)
+
+    def _mine(self, task: Any) -> bool:
+        if task is None or getattr(task, "app", None) is not self.app:
+            return False
+        return isinstance(task, DeliveryPolicy) or bool(FireHeaders.of(task.request).schedule)
+
+    def prerun(
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        task: Any = None,
+        args: Any = None,
+        kwargs: Any = None,
+        **_: Any,
+    ) -> None:
+        task = task or sender
+        if task_id is None or not self._mine(task):
+            return
+        request = task.request
+        delivery = Delivery.of(request)
+        now = delivery.started_at = datetime.now(timezone.utc)
+        headers = delivery.headers
+        try:
+            database = self.database
+            # A GafferTask's key state comes back with the row id: the run needs it
+            # first thing, and this saves it a round trip.
+            key = _run_key(task, args, kwargs)
+            params = {
+                "task_id": task_id,
+                "task_name": task.name,
+                "schedule": headers.schedule,
+                "nominal_at": headers.nominal,
+                "key": headers.key,
+                "started_at": now,
+                "worker": request.hostname,
+                "run_key": key,
+            }
+            overlap = overlap_to_take(task, database)
+            if overlap is not None:
+                # The run's overlap lease is taken by the same statement.
+                row = start_taking(
+                    database,
+                    params,
+                    with_key_state=key is not None,
+                    overlap=overlap,
+                    delivery=delivery,
+                    hostname=request.hostname,
+                )
+            else:
+                statement = run_rows.start_statement(
+                    database.models, with_key_state=key is not None
+                )
+                with database.autocommit(relaxed=True) as conn:
+                    row = fastpath.execute(conn, statement, params).one()
+            if key is not None:
+                delivery.key_state = (key, row[1])
+            delivery.row_id = row[0]
+            heartbeat_for(self.app).add(row[0])
+        except Exception:
+            logger.exception(
+                "could not record the start of run %s",
+                task_id,
+                extra={"action": "run_record_failed", "task_id": task_id},
+            )
+
+    def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+        if exception is not None and self._mine(sender):
+            Delivery.of(sender.request).error = exception
+
+    def retry(self, sender: Any = None, reason: Any = None, **_: Any) -> None:
+        if reason is not None and self._mine(sender):
+            delivery = Delivery.of(sender.request)
+            # Celery's Retry wraps the error that caused it.
+            delivery.error = getattr(reason, "exc", None) or reason
+            delivery.retry_in = _seconds_until(getattr(reason, "when", None))
+
+    def postrun(
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        task: Any = None,
+        state: str | None = None,
+        **_: Any,
+    ) -> None:
+        task = task or sender
+        if task_id is None or not self._mine(task):
+            return
+        delivery = Delivery.find(task.request)
+        if delivery is None or delivery.row_id is None:
+            return
+        row_id = delivery.row_id
+        heartbeat_for(self.app).discard(row_id)
+        outcome = delivery.outcome or _CELERY_STATES.get(state or "", RunState.FAILED)
+        now = datetime.now(timezone.utc)
+        started = delivery.started_at or now
+        values: dict[str, Any] = {
+            "state": outcome,
+            "finished_at": now,
+            "duration": (now - started).total_seconds(),
+        }
+        if delivery.run_key is not None:
+            values["key"] = delivery.run_key
+        if delivery.run_fence is not None:
+            values["fence"] = delivery.run_fence
+        error = delivery.error
+        if error is not None and outcome in _WITH_ERROR:
+            values["error_type"] = type(error).__name__[:255]
+            values["error_message"] = str(error)[:ERROR_LENGTH]
+        headers = delivery.headers
+        database = self.database
+        # Leases the run left held: the statement that records its end frees them.
+        held = left_held(delivery, database)
+        try:
+            with database.autocommit(relaxed=True) as conn:
+                held = record_end(conn, database, values, row_id, held)
+                if headers.schedule:
+                    schedule_rows.update_schedule_facts(
+                        conn, database.models, headers.schedule, outcome, headers.nominal
+                    )
+                confirm_after = database.settings.confirm_delivery_after
+                if outcome == RunState.RETRYING and confirm_after is not None and headers.key:
+                    # The retry is a new message, which the broker can lose like the
+                    # first: check its fire again once the retry had time to start.
+                    wait = (delivery.retry_in or 0.0) + confirm_after
+                    ledger.reopen(
+                        conn,
+                        database.models,
+                        [task_id],
+                        sent_at=now,
+                        publish_after=now + timedelta(seconds=wait),
+                    )
+        except Exception:
+            logger.exception(
+                "could not record the end of run %s",
+                task_id,
+                extra={"action": "run_record_failed", "task_id": task_id},
+            )
+        finally:
+            release_quietly(held)
+
+    def revoked(
+        self, sender: Any = None, request: Any = None, terminated: bool = False, **_: Any
+    ) -> None:
+        if request is None or not self._mine(sender):
+            return
+        now = datetime.now(timezone.utc)
+        headers = FireHeaders.of(getattr(request, "request_dict", None) or {})
+        try:
+            database = self.database
+            with database.begin() as conn:
+                run_rows.record_revoked(
+                    conn,
+                    database.models,
+                    request.id,
+                    now,
+                    {
+                        "task_name": sender.name,
+                        "schedule": headers.schedule,
+                        "nominal_at": headers.nominal,
+                        "key": headers.key,
+                        "worker": getattr(request, "hostname", None),
+                    },
+                )
+        except Exception:
+            logger.exception(
+                "could not record the revocation of run %s",
+                getattr(request, "id", "?"),
+                extra={"action": "run_record_failed"},
+            )

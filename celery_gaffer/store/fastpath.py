@@ -1,0 +1,238 @@
+"""The fast path: Gaffer's own hot statements on the driver's connection (psycopg).
+
+A GafferTask run makes a handful of one-row statements of its own: the run's start and
+end records, a lease's acquisition and release, the fence check with the key claim.
+Through :meth:`Connection.execute` each costs about 70 µs of CPU in SQLAlchemy's
+execution context and result objects, as much as psycopg and the round trip together.
+:func:`execute` runs such a statement, built once and compiled once by SQLAlchemy with
+bound parameters, on the psycopg connection under the SQLAlchemy one, and returns its
+rows. The transaction is the SQLAlchemy connection's (the driver connection is the
+same), so nothing changes but the cost.
+
+Parameters get SQLAlchemy's bind processing. Errors go through SQLAlchemy's own handling
+(:meth:`Connection._handle_dbapi_exception`): the same wrapped exception
+(``OperationalError`` with ``orig.sqlstate``), the same ``handle_error`` events, and a
+lost connection invalidates the connection and the pool as it would have. On any other
+driver, or for a statement that needs SQLAlchemy's execution context (Python-side column
+defaults, expanding parameters, returned values it converts), :func:`execute` is
+:meth:`Connection.execute`. These statements do not reach SQLAlchemy's ``echo`` log or
+its ``before_cursor_execute`` events.
+
+:func:`commit` sends statements and the transaction's ``COMMIT`` in one round trip
+(psycopg's pipeline mode): see :mod:`celery_gaffer.fencing.seal`.
+
+SQLAlchemy's ``Connection._handle_dbapi_exception`` is private API: the project's
+dependency range stops below the next SQLAlchemy minor release, and the tests run on
+the lowest and the newest versions it allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+from sqlalchemy.sql.compiler import Compiled
+
+from ..runtime import runtime
+
+
+class Outcome(Protocol):
+    """What callers read of a statement's result (a ``CursorResult`` is one too)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def one(self) -> Any: ...
+
+    def first(self) -> Any: ...
+
+    def scalar(self) -> Any: ...
+
+
+class Rows:
+    """The rows of a statement run by :func:`execute`, read like a ``CursorResult``."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: Sequence[tuple[Any, ...]], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    def one(self) -> tuple[Any, ...]:
+        if len(self.rows) != 1:
+            raise LookupError(f"expected one row, got {len(self.rows)}")
+        return self.rows[0]
+
+    def first(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def scalar(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+
+class _Plan:
+    """A statement compiled for one dialect: its SQL, and how to bind its parameters."""
+
+    __slots__ = ("compiled", "processors", "sql")
+
+    def __init__(self, compiled: Compiled, processors: dict[str, Any]) -> None:
+        self.compiled: Any = compiled
+        self.sql = str(compiled)
+        self.processors = processors  # parameter name -> SQLAlchemy's conversion of it
+
+    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        bound: dict[str, Any] = self.compiled.construct_params(dict(params))
+        for name, process in self.processors.items():
+            bound[name] = process(bound[name])
+        return bound
+
+
+class Plans(dict[tuple[int, type, Any, bool], tuple[Any, "_Plan | None"]]):
+    """This process's plans: (id(statement), the dialect's class and server version,
+    whether its rows are read) -> (statement, its plan or None when it must go through
+    SQLAlchemy). The statement is kept so that its id stays its own."""
+
+
+def _plans() -> Plans:
+    return runtime().part("plans", Plans)
+
+
+#: Plans kept at most (Gaffer's statements are a few dozen, each built once).
+MAX_PLANS = 256
+
+
+def execute(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Outcome:
+    """Run ``statement`` (built once: pass the same object each time) with ``params``."""
+    dialect = conn.dialect
+    if dialect.driver != "psycopg":
+        return conn.execute(statement, dict(params))
+    plan = _plan_for(conn, statement, reading=True)
+    if plan is None:
+        return conn.execute(statement, dict(params))
+    bound = plan.bind(params)
+    driver: Any = conn.connection.driver_connection
+    cursor = None
+    try:
+        cursor = driver.cursor()
+        cursor.execute(plan.sql, bound)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        rowcount = cursor.rowcount
+        cursor.close()
+    except BaseException as exc:  # noqa: BLE001 - it re-raises, as SQLAlchemy does
+        # Wrapped, evented and (on a lost connection) invalidated as SQLAlchemy would.
+        conn._handle_dbapi_exception(exc, plan.sql, bound, cursor, None)
+    return Rows(rows, rowcount)
+
+
+def pipelines(conn: Connection) -> bool:
+    """Whether :func:`commit` can send statements and the COMMIT in one round trip."""
+    if conn.dialect.driver != "psycopg" or not hasattr(conn, "_handle_dbapi_exception"):
+        return False
+    global _pipeline_supported
+    if _pipeline_supported is None:
+        import psycopg
+
+        _pipeline_supported = bool(psycopg.Pipeline.is_supported())
+    return _pipeline_supported
+
+
+_pipeline_supported: bool | None = None
+
+
+def commit(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
+    """Run ``statements`` and then COMMIT ``conn``'s transaction, in one round trip.
+
+    psycopg's pipeline mode sends them together. When a statement fails, the server
+    skips everything after it, the COMMIT included: the error is raised as SQLAlchemy
+    raises it (``exc.orig.sqlstate`` tells which), and the transaction, failed, is left
+    for the caller to roll back. Only where :func:`pipelines` is true.
+    """
+    planned = []
+    for statement, params in statements:
+        plan = _plan_for(conn, statement, reading=False)
+        if plan is None:
+            conn.execute(statement, dict(params))  # needs SQLAlchemy: its own round trip
+        else:
+            planned.append((plan, plan.bind(params)))
+    driver: Any = conn.connection.driver_connection
+    if not planned and driver.pgconn.transaction_status == _IDLE:
+        return  # no transaction was begun and nothing is to be written: nothing to send
+    try:
+        with driver.pipeline():  # one Sync, sent when the block ends
+            for plan, bound in planned:
+                driver.cursor().execute(plan.sql, bound)
+            # As a statement: Connection.commit() would sync (a round trip) on its own.
+            driver.cursor().execute("COMMIT")
+    except BaseException as exc:  # noqa: BLE001 - it re-raises, as SQLAlchemy does
+        sent = ";\n".join([plan.sql for plan, _ in planned] + ["COMMIT"])
+        conn._handle_dbapi_exception(exc, sent, None, None, None)
+
+
+def abandon(conn: Connection) -> None:
+    """Roll back ``conn``'s transaction at the driver after a commit that failed inside
+    SQLAlchemy's commit (SQLAlchemy then considers the transaction over and, on a plain
+    close, would return the connection to the pool without rolling it back); invalidate
+    the connection when that fails or it was left in pipeline mode."""
+    if conn.closed or conn.invalidated:
+        return
+    try:
+        driver: Any = conn.connection.driver_connection
+        if driver.pgconn.pipeline_status != _PIPELINE_OFF:
+            raise RuntimeError("the connection was left in pipeline mode")
+        driver.rollback()
+    except Exception:  # noqa: BLE001 - no way to tell its state: do not reuse it
+        conn.invalidate()
+
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
+_PIPELINE_OFF = 0  # psycopg.pq.PipelineStatus.OFF
+
+
+def _plan_for(conn: Connection, statement: Any, *, reading: bool) -> _Plan | None:
+    """The cached plan of ``statement`` on ``conn``'s dialect (None: SQLAlchemy's path)."""
+    dialect = conn.dialect
+    found = _plans().get((id(statement), type(dialect), dialect.server_version_info, reading))
+    return _plan(conn, statement, reading=reading) if found is None else found[1]
+
+
+def _plan(conn: Connection, statement: Any, *, reading: bool) -> _Plan | None:
+    dialect = conn.dialect
+    plans = _plans()
+    if len(plans) >= MAX_PLANS:
+        return None  # statements built anew each time: SQLAlchemy's path, uncached here
+    compiled: Any = statement.compile(dialect=dialect)
+    plan: _Plan | None = None
+    # Values SQLAlchemy computes or renders at execution time (Python-side column
+    # defaults, expanding IN lists) need its execution context: keep its path for those.
+    computed = (
+        compiled.insert_prefetch
+        or compiled.update_prefetch
+        or compiled.post_compile_params
+        or compiled.literal_execute_params
+    )
+    if not computed and hasattr(conn, "_handle_dbapi_exception"):
+        processors: dict[str, Any] = {}
+        for bind, name in compiled.bind_names.items():
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                processors[compiled.escaped_bind_names.get(name, name)] = process
+        if not reading or not _converts_results(statement, dialect):
+            plan = _Plan(compiled, processors)
+    with runtime().lock:
+        plans[(id(statement), type(dialect), dialect.server_version_info, reading)] = (
+            statement,
+            plan,
+        )
+    return plan
+
+
+def _converts_results(statement: Any, dialect: Any) -> bool:
+    """Whether SQLAlchemy would convert a value ``statement`` returns (keep its path)."""
+    for column in getattr(statement, "exported_columns", None) or []:
+        try:
+            if column.type.dialect_impl(dialect).result_processor(dialect, None) is not None:
+                return True
+        except Exception:  # noqa: BLE001 - a type that needs to see the column: assume so
+            return True
+    return False

@@ -1,0 +1,324 @@
+"""The tick ledger: one row per fire, unique on ``(schedule, nominal_at)``.
+
+These functions run inside a transaction the caller owns. The rule they keep: a fire is
+inserted (or found already inserted) and the schedule's watermark advanced in the same
+transaction; only a fire this caller inserted, or a pending fire it claimed, is
+published by it, and a claim pushes ``publish_after`` forward so that no other Beat
+publishes the same fire before ``gaffer_republish_after`` has passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, exists, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ..protocol import FireState, fire_key, fire_task_id
+from .arrays import matches, on_postgresql, unnest_select
+from .dbclock import db_now
+from .models import Models, table_of
+
+# Rows per statement when a list of ids or parameters is sent to the database.
+CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """A fire ready to publish."""
+
+    id: int
+    schedule: str
+    nominal_at: datetime
+    key: str
+    task_id: str
+    kind: str
+    publish_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewFire:
+    """A fire to insert into the ledger."""
+
+    schedule: str
+    nominal_at: datetime
+    kind: str
+    state: str
+    publish_after: datetime
+    publish_count: int
+    #: ``fire_key(schedule, nominal_at)``, when the caller has it already.
+    key: str | None = None
+
+
+_FIRE_COLUMNS = (
+    ("schedule", "str"),
+    ("nominal_at", "datetime"),
+    ("key", "str"),
+    ("task_id", "str"),
+    ("kind", "str"),
+    ("state", "str"),
+    ("publish_after", "datetime"),
+    ("publish_count", "int"),
+    ("created_at", "datetime"),
+)
+
+
+def insert_fires(
+    conn: Connection, models: Models, fires: Sequence[NewFire], now: datetime
+) -> list[Fire]:
+    """Insert fires; return the pending ones this call inserted (not a conflicting fire).
+
+    The unique ``(schedule, nominal_at)`` constraint is what makes a double tick, or two
+    Beats, harmless: the second insert of a fire does nothing and publishes nothing.
+    """
+    if not fires:
+        return []
+    table = table_of(models.Fire)
+    rows: list[dict[str, Any]] = []
+    for fire in fires:
+        key = fire.key or fire_key(fire.schedule, fire.nominal_at)
+        rows.append(
+            {
+                "schedule": fire.schedule,
+                "nominal_at": fire.nominal_at,
+                "key": key,
+                "task_id": fire_task_id(key),
+                "kind": fire.kind,
+                "state": fire.state,
+                "publish_after": fire.publish_after,
+                "publish_count": fire.publish_count,
+                "created_at": now,
+            }
+        )
+    returning = (table.c.id, table.c.schedule, table.c.nominal_at)
+    inserted: list[Fire] = []
+    by_fire = {(row["schedule"], row["nominal_at"]): row for row in rows}
+    for start in range(0, len(rows), CHUNK):
+        part = rows[start : start + CHUNK]
+        if on_postgresql(conn):
+            names = [name for name, _ in _FIRE_COLUMNS]
+            stmt = (
+                postgresql.insert(table)
+                .from_select(names, unnest_select(_FIRE_COLUMNS))
+                .on_conflict_do_nothing()
+                .returning(*returning)
+            )
+            arrays = {"b_" + name: [row[name] for row in part] for name in names}
+            result = conn.execute(stmt, arrays)
+        else:
+            stmt = sqlite.insert(table).on_conflict_do_nothing().returning(*returning)
+            result = conn.execute(stmt, part)
+        for fire_id, schedule, nominal_at in result:
+            row = by_fire[(schedule, nominal_at)]
+            if row["state"] == FireState.PENDING:
+                inserted.append(
+                    Fire(
+                        fire_id,
+                        schedule,
+                        row["nominal_at"],
+                        row["key"],
+                        row["task_id"],
+                        row["kind"],
+                        row["publish_count"],
+                    )
+                )
+    return inserted
+
+
+def claim_pending(
+    conn: Connection, models: Models, now: datetime, republish_after: float, limit: int
+) -> list[Fire]:
+    """Claim pending fires whose ``publish_after`` has passed, and push it forward.
+
+    These are jittered fires whose send time has come, and fires whose publisher died
+    between commit and publish (or between publish and marking them sent).
+    """
+    f = models.Fire
+    claimed = lock_due_fires(conn, models, FireState.PENDING, now, limit)
+    if claimed:
+        table = table_of(f)
+        for start in range(0, len(claimed), CHUNK):
+            ids = [fire.id for fire in claimed[start : start + CHUNK]]
+            conn.execute(
+                update(table)
+                .where(matches(conn, table.c.id, ids, "bigint"))
+                .values(
+                    publish_after=now + timedelta(seconds=republish_after),
+                    publish_count=table.c.publish_count + 1,
+                )
+            )
+    return claimed
+
+
+def lock_due_fires(
+    conn: Connection, models: Models, state: str, now: datetime, limit: int
+) -> list[Fire]:
+    """Lock fires in ``state`` whose ``publish_after`` has passed (other Beats skip them).
+
+    ``publish_count`` of the returned fires is the number of the send about to be made.
+    """
+    f = models.Fire
+    stmt = (
+        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
+        .where(f.state == state, f.publish_after <= now)
+        .order_by(f.publish_after)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    return [
+        Fire(
+            row.id,
+            row.schedule,
+            row.nominal_at,
+            row.key,
+            row.task_id,
+            row.kind,
+            row.publish_count + 1,
+        )
+        for row in conn.execute(stmt)
+    ]
+
+
+def mark_sent(
+    conn: Connection,
+    models: Models,
+    ids: Iterable[int],
+    now: datetime,
+    confirm_at: datetime | None = None,
+) -> None:
+    """Mark published fires ``sent`` (a fire not marked is republished later).
+
+    With delivery confirmation on, ``publish_after`` becomes the time at which the fire
+    must have a run record, or be published again.
+    """
+    table = table_of(models.Fire)
+    id_list = list(ids)
+    values: dict[str, Any] = {"state": FireState.SENT, "sent_at": now}
+    if confirm_at is not None:
+        values["publish_after"] = confirm_at
+    for start in range(0, len(id_list), CHUNK):
+        conn.execute(
+            update(table)
+            .where(
+                matches(conn, table.c.id, id_list[start : start + CHUNK], "bigint"),
+                table.c.state == FireState.PENDING,
+            )
+            .values(**values)
+        )
+
+
+def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None:
+    """A pending fire whose schedule was removed is never published."""
+    table = table_of(models.Fire)
+    id_list = list(ids)
+    if id_list:
+        conn.execute(
+            update(table)
+            .where(matches(conn, table.c.id, id_list, "bigint"))
+            .values(state=FireState.CANCELLED)
+        )
+
+
+def latest_nominal(conn: Connection, models: Models, schedule: str, until: datetime) -> Any:
+    """The newest nominal time ``<= until`` the ledger has for ``schedule`` (None: none)."""
+    fires = models.Fire
+    return conn.execute(
+        select(func.max(fires.nominal_at)).where(
+            fires.schedule == schedule, fires.nominal_at <= until
+        )
+    ).scalar()
+
+
+def set_fires(conn: Connection, models: Models, ids: Sequence[int], **values: Any) -> None:
+    """Set ``values`` on the fires ``ids`` (a SQL expression may use the row's columns)."""
+    if ids:
+        table = table_of(models.Fire)
+        for start in range(0, len(ids), CHUNK):
+            part = ids[start : start + CHUNK]
+            conn.execute(
+                update(table).where(matches(conn, table.c.id, part, "bigint")).values(**values)
+            )
+
+
+def republish(
+    conn: Connection, models: Models, ids: Sequence[int], publish_after: datetime, sent_at: datetime
+) -> None:
+    """Fires published again: one more send, checked again after ``publish_after``."""
+    table = table_of(models.Fire)
+    set_fires(
+        conn,
+        models,
+        ids,
+        publish_after=publish_after,
+        sent_at=sent_at,
+        publish_count=table.c.publish_count + 1,
+    )
+
+
+def run_states(conn: Connection, models: Models, task_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """``(task id, state)`` of every run record of ``task_ids``."""
+    runs = table_of(models.JobRun)
+    rows = conn.execute(
+        select(runs.c.task_id, runs.c.state).where(matches(conn, runs.c.task_id, task_ids, "str"))
+    )
+    return [(task_id, state) for task_id, state in rows]
+
+
+def send_facts(
+    conn: Connection, models: Models, ids: Sequence[int]
+) -> list[tuple[int, datetime, datetime | None, str | None]]:
+    """``(id, created_at, sent_at, task)`` of the fires ``ids`` (task: their schedule's)."""
+    fires, schedules = table_of(models.Fire), table_of(models.Schedule)
+    rows = conn.execute(
+        select(fires.c.id, fires.c.created_at, fires.c.sent_at, schedules.c.task)
+        .join(schedules, schedules.c.name == fires.c.schedule, isouter=True)
+        .where(matches(conn, fires.c.id, ids, "bigint"))
+    )
+    return [(fire_id, created, sent, task) for fire_id, created, sent, task in rows]
+
+
+def sends_by_task(
+    conn: Connection, models: Models, since: datetime
+) -> dict[Any, tuple[datetime | None, datetime | None]]:
+    """Per task, of the fires created since ``since``: the latest send, and the latest
+    send whose run started (has a run record)."""
+    fires, runs = table_of(models.Fire), table_of(models.JobRun)
+    schedules = table_of(models.Schedule)
+    started = exists(select(runs.c.id).where(runs.c.task_id == fires.c.task_id))
+    rows = conn.execute(
+        select(
+            schedules.c.task,
+            func.max(fires.c.sent_at),
+            func.max(fires.c.sent_at).filter(started),
+        )
+        .join(schedules, schedules.c.name == fires.c.schedule)
+        .where(fires.c.created_at >= since, fires.c.sent_at.is_not(None))
+        .group_by(schedules.c.task)
+    )
+    return {task: (last_sent, last_started) for task, last_sent, last_started in rows}
+
+
+def reopen(conn: Connection, models: Models, task_ids: list[str], **values: Any) -> None:
+    """Put the fires of ``task_ids`` back to ``sent`` for delivery confirmation, with
+    ``values`` (``publish_after``: when to check; ``sent_at``: when its latest message was
+    sent). A run record proves delivery only while it can still end the fire: one lost
+    with its worker, or one that ended ``retrying``, does not."""
+    if task_ids:
+        fires = table_of(models.Fire)
+        conn.execute(
+            update(fires)
+            .where(
+                matches(conn, fires.c.task_id, task_ids, "str"),
+                fires.c.state.in_((FireState.SENT, FireState.DELIVERED)),
+            )
+            .values(state=FireState.SENT, **values)
+        )
+
+
+def reopen_now(conn: Connection, models: Models, task_ids: list[str]) -> None:
+    """:func:`reopen` the fires of ``task_ids`` for a check now, by the database's clock."""
+    reopen(conn, models, task_ids, publish_after=db_now())

@@ -1,0 +1,185 @@
+"""The lease table's statements: acquire, renew, check and release, by the database's clock.
+
+A lease row is ``(name, owner, fence, lease_until)``. Every acquisition increments
+``fence``, so a holder whose lease was taken over carries a stale fence, and every write
+it tries is rejected by :func:`check_fence` in the write's own transaction (Kleppmann's
+fencing token, checked by the storage itself). Every check also matches ``owner``
+(unique to one acquisition): see :mod:`celery_gaffer.fencing.leases` for why.
+
+These functions run inside a transaction the caller owns.
+
+Guards
+------
+A fenced commit on PostgreSQL with psycopg sends its checks together with the
+``COMMIT`` in one round trip (:func:`celery_gaffer.store.fastpath.commit`). A check that
+only *returned* zero rows could not stop a ``COMMIT`` already sent, so each check has a
+**guard** form, a statement that *fails* when it refuses: a stale fence divides by the
+count of locked lease rows (zero: ``division by zero``, SQLSTATE
+:data:`FENCE_LOST_SQLSTATE`), and a key claim that claimed nothing takes the logarithm
+of that count (zero: SQLSTATE :data:`~celery_gaffer.store.keys.KEY_DONE_SQLSTATE`). The
+failed statement aborts the transaction, so the server skips the ``COMMIT`` after it;
+the caller rolls back and raises ``FenceLost`` or ``AlreadyProcessed``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, Float, Integer, bindparam, func, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ..exceptions import FenceLost
+from . import fastpath
+from .dbclock import db_now
+from .models import Models, table_of
+from .prebuilt import prebuilt
+
+RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)  # lease_until of a freed lease
+#: The error of a guard whose fence is stale ("division by zero"; see the module's notes).
+FENCE_LOST_SQLSTATE = "22012"
+# The TTL parameter of the prebuilt statements, in seconds.
+_TTL = bindparam("ttl", type_=Float())
+
+
+def acquire(
+    conn: Connection, models: Models, name: str, owner: str, ttl: float, *, steal: bool = False
+) -> int | None:
+    """Take ``name`` if it is free (or expired), or always when ``steal``; return the fence.
+
+    One statement: insert on first use, otherwise increment the fence where
+    ``lease_until < now`` by the database's clock. Returns None when a live holder has it.
+    """
+    upsert = acquire_statement(models, conn.dialect.name, steal=steal)
+    fence = fastpath.execute(
+        conn, upsert, {"name": name, "owner": owner, "ttl": float(ttl)}
+    ).scalar()
+    return None if fence is None else int(fence)
+
+
+def acquire_statement(models: Models, dialect_name: str, *, steal: bool, unless: Any = None) -> Any:
+    """The acquiring upsert (parameters ``name``, ``owner``, ``ttl``), returning the fence.
+
+    ``unless``: a SQL condition under which nothing is acquired (no row is returned).
+    """
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        dialect = postgresql if dialect_name == "postgresql" else sqlite
+        values = {
+            "name": bindparam("name", type_=table.c.name.type),
+            "owner": bindparam("owner", type_=table.c.owner.type),
+            "fence": literal(1, table.c.fence.type),
+            "lease_until": db_now(_TTL),
+            "acquired_at": db_now(),
+        }
+        if unless is None:
+            statement = dialect.insert(table).values(**values)
+        else:
+            source = select(*(value.label(name) for name, value in values.items()))
+            statement = dialect.insert(table).from_select(list(values), source.where(~unless))
+        return statement.on_conflict_do_update(
+            index_elements=[table.c.name],
+            set_={
+                "owner": statement.excluded.owner,
+                "fence": table.c.fence + 1,
+                "lease_until": statement.excluded.lease_until,
+                "acquired_at": statement.excluded.acquired_at,
+            },
+            where=None if steal else table.c.lease_until < db_now(),
+        ).returning(table.c.fence)
+
+    if unless is not None:
+        return build()  # the caller builds it once
+    return prebuilt((models.prefix, "lease_acquire", dialect_name, steal), build)
+
+
+def held_by(table: Any, prefix: str = "b_") -> list[Any]:
+    """The lease row ``:b_name`` while ``:b_fence`` and ``:b_owner`` hold it (``prefix``
+    names the parameters)."""
+    return [
+        table.c.name == bindparam(prefix + "name"),
+        table.c.fence == bindparam(prefix + "fence"),
+        table.c.owner == bindparam(prefix + "owner"),
+    ]
+
+
+def renew(conn: Connection, models: Models, name: str, fence: int, owner: str, ttl: float) -> bool:
+    """Extend the lease if ``fence`` (and ``owner``) still hold it; False: it was taken over."""
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        return update(table).where(*held_by(table)).values(lease_until=db_now(_TTL))
+
+    statement = prebuilt((models.prefix, "lease_renew"), build)
+    params = {"b_name": name, "b_fence": fence, "b_owner": owner, "ttl": float(ttl)}
+    return fastpath.execute(conn, statement, params).rowcount == 1
+
+
+def release(
+    conn: Connection,
+    models: Models,
+    name: str,
+    fence: int,
+    owner: str,
+    *,
+    skip_locked: bool = False,
+) -> bool:
+    """Free the lease at once, if ``fence`` and ``owner`` still hold it (the fence is kept).
+
+    ``skip_locked`` (PostgreSQL): do nothing rather than wait when another transaction
+    has the row locked right now. Returns whether a row was released.
+    """
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        where = held_by(table)
+        if skip_locked:
+            free = select(table.c.name).where(*where).with_for_update(skip_locked=True)
+            where.append(table.c.name.in_(free.scalar_subquery()))
+        return update(table).where(*where).values(owner=None, lease_until=RELEASED)
+
+    statement = prebuilt((models.prefix, "lease_release", skip_locked), build)
+    params = {"b_name": name, "b_fence": fence, "b_owner": owner}
+    return fastpath.execute(conn, statement, params).rowcount == 1
+
+
+def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: str) -> None:
+    """Lock the lease row if ``fence`` (and ``owner``) hold it, or raise :class:`FenceLost`.
+
+    Run it in the transaction of the writes it protects: on PostgreSQL ``FOR UPDATE``
+    holds the row until commit, so no contender can take the lease between this check
+    and the commit; on SQLite the transaction's ``BEGIN IMMEDIATE`` write lock does.
+    """
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        return select(table.c.fence).where(*held_by(table)).with_for_update()
+
+    statement = prebuilt((models.prefix, "lease_check"), build)
+    params = {"b_name": name, "b_fence": fence, "b_owner": owner}
+    if fastpath.execute(conn, statement, params).first() is None:
+        raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
+
+
+def fence_guard(models: Models, name: str, fence: int, owner: str) -> tuple[Any, dict[str, Any]]:
+    """:func:`check_fence` as a guard (see the module's notes): a statement and its
+    parameters that lock the lease row, and fail with :data:`FENCE_LOST_SQLSTATE` unless
+    ``fence`` and ``owner`` hold it."""
+
+    def build() -> Any:
+        table = table_of(models.Lease)
+        locked = select(table.c.fence).where(*held_by(table)).with_for_update().cte("gaffer_fence")
+        return select(
+            literal(1, Integer) / select(func.count()).select_from(locked).scalar_subquery()
+        )
+
+    statement = prebuilt((models.prefix, "lease_guard"), build)
+    return statement, {"b_name": name, "b_fence": fence, "b_owner": owner}
+
+
+def holder(conn: Connection, models: Models, name: str) -> tuple[str | None, int] | None:
+    """``(owner, fence)`` of the lease row ``name`` (None: no row). A plain read."""
+    table = table_of(models.Lease)
+    row = conn.execute(select(table.c.owner, table.c.fence).where(table.c.name == name)).first()
+    return None if row is None else (row.owner, int(row.fence))

@@ -1,0 +1,78 @@
+"""Retention: delete old run records, ledger rows and completed keys in bounded batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from ..protocol import FireState, RunState
+from .database import Database
+from .models import table_of
+
+BATCH = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupReport:
+    runs: int
+    fires: int
+    keys: int
+
+
+def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> CleanupReport:
+    """Delete what is older than ``gaffer_run_retention`` / ``_ledger_`` / ``_key_retention``.
+
+    Each batch is its own short transaction, so a large backlog never holds long locks.
+    Pending fires are kept whatever their age (they are still to be published).
+    """
+    settings = database.settings
+    models = database.models
+    runs, fires, keys = (
+        table_of(models.JobRun),
+        table_of(models.Fire),
+        table_of(models.IdempotencyKey),
+    )
+    counts = []
+    for table, key_column, conditions in (
+        (
+            runs,
+            runs.c.id,
+            (
+                runs.c.state != RunState.RUNNING,
+                runs.c.updated_at < now - timedelta(seconds=settings.run_retention),
+            ),
+        ),
+        (
+            fires,
+            fires.c.id,
+            (
+                fires.c.state != FireState.PENDING,
+                fires.c.created_at < now - timedelta(seconds=settings.ledger_retention),
+            ),
+        ),
+        (
+            keys,
+            keys.c.key,
+            (keys.c.completed_at < now - timedelta(seconds=settings.key_retention),),
+        ),
+    ):
+        counts.append(_delete_in_batches(database, table, key_column, conditions, batch))
+    return CleanupReport(*counts)
+
+
+def _delete_in_batches(
+    database: Database, table: Any, key_column: Any, conditions: Any, batch: int
+) -> int:
+    deleted = 0
+    while True:
+        with database.begin() as conn:
+            ids = conn.execute(select(key_column).where(*conditions).limit(batch)).scalars().all()
+            if not ids:
+                return deleted
+            conn.execute(delete(table).where(key_column.in_(ids)))
+        deleted += len(ids)
+        if len(ids) < batch:
+            return deleted

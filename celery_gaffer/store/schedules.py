@@ -1,0 +1,350 @@
+"""The schedules table: what a tick claims and advances, health facts, and row edits.
+
+These functions run inside a transaction the caller owns. A tick reads only the rows
+whose ``next_fire_at`` (or ``check_at``) has passed, through their indexes, never a scan
+of all schedules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Text,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    type_coerce,
+    update,
+)
+
+from ..protocol import FAILURE_STATES, FireState, RunState
+from .arrays import matches, on_postgresql, unnest
+from .dbclock import db_now
+from .models import Models, table_of
+from .schedule_rows import StoredSchedule, decode_json, readable_columns, stored
+
+# Rows per statement when a list of ids or parameters is sent to the database.
+CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A schedule row whose ``next_fire_at`` has passed, as read by a tick."""
+
+    id: int
+    name: str
+    task: str
+    schedule: Any
+    args: Any
+    kwargs: Any
+    options: Any
+    catchup: str
+    starting_deadline: float | None
+    overlap: str
+    watermark_at: datetime
+
+
+def claim_due_schedules(
+    conn: Connection, models: Models, now: datetime, limit: int
+) -> list[DueSchedule]:
+    """Lock and return up to ``limit`` schedules with ``next_fire_at <= now``, oldest first.
+
+    On PostgreSQL rows another Beat has locked are skipped (``SKIP LOCKED``); on SQLite
+    the caller's ``BEGIN IMMEDIATE`` already excludes every other writer. JSON columns
+    are read as text so that one undecodable row cannot break the whole batch.
+    """
+    s = models.Schedule
+    stmt = (
+        select(
+            s.id,
+            s.name,
+            s.task,
+            type_coerce(s.schedule, Text),
+            type_coerce(s.args, Text),
+            type_coerce(s.kwargs, Text),
+            type_coerce(s.options, Text),
+            s.catchup,
+            s.starting_deadline,
+            s.overlap,
+            s.watermark_at,
+        )
+        .where(s.next_fire_at <= now)
+        .order_by(s.next_fire_at)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True, of=table_of(s))
+    return [DueSchedule(*row) for row in conn.execute(stmt)]
+
+
+def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[str, Any]]) -> None:
+    """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once.
+
+    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error"}``. On PostgreSQL
+    one ``UPDATE ... FROM unnest(...)`` per chunk; elsewhere one executemany.
+    """
+    if not changes:
+        return
+    table = table_of(models.Schedule)
+    if on_postgresql(conn):
+        source = unnest(_ADVANCE_COLUMNS)
+        stmt = (
+            update(table)
+            .where(table.c.id == source.c.id)
+            .values(
+                watermark_at=source.c.watermark_at,
+                next_fire_at=source.c.next_fire_at,
+                error=source.c.error,
+            )
+        )
+        for start in range(0, len(changes), CHUNK):
+            part = changes[start : start + CHUNK]
+            conn.execute(
+                stmt,
+                {
+                    "b_id": [c["b_id"] for c in part],
+                    "b_watermark_at": [c["watermark_at"] for c in part],
+                    "b_next_fire_at": [c["next_fire_at"] for c in part],
+                    "b_error": [c["error"] for c in part],
+                },
+            )
+        return
+    stmt = (
+        update(table)
+        .where(table.c.id == bindparam("b_id"))
+        .values(
+            watermark_at=bindparam("watermark_at"),
+            next_fire_at=bindparam("next_fire_at"),
+            error=bindparam("error"),
+        )
+    )
+    for start in range(0, len(changes), CHUNK):
+        conn.execute(stmt, list(changes[start : start + CHUNK]))
+
+
+_ADVANCE_COLUMNS = (
+    ("id", "bigint"),
+    ("watermark_at", "datetime"),
+    ("next_fire_at", "datetime"),
+    ("error", "text"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """When each kind of Beat work is next due (None: never)."""
+
+    next_fire_at: datetime | None
+    check_at: datetime | None
+    publish_after: datetime | None
+    confirm_after: datetime | None
+
+    def due(self, now: datetime) -> tuple[bool, bool, bool, bool]:
+        """(fires, health checks, pending publishes, delivery confirmations) due now."""
+        return tuple(  # type: ignore[return-value]
+            when is not None and when <= now
+            for when in (self.next_fire_at, self.check_at, self.publish_after, self.confirm_after)
+        )
+
+    def earliest(self) -> datetime | None:
+        times = [
+            t
+            for t in (self.next_fire_at, self.check_at, self.publish_after, self.confirm_after)
+            if t is not None
+        ]
+        return min(times) if times else None
+
+
+def probe(conn: Connection, models: Models, *, confirm: bool) -> Probe:
+    """One statement, all index lookups: when fires, checks and publishes are next due."""
+    s, f = models.Schedule, models.Fire
+    columns: list[Any] = [
+        select(func.min(s.next_fire_at)).scalar_subquery(),
+        select(func.min(s.check_at)).scalar_subquery(),
+        select(func.min(f.publish_after)).where(f.state == FireState.PENDING).scalar_subquery(),
+    ]
+    if confirm:
+        columns.append(
+            select(func.min(f.publish_after)).where(f.state == FireState.SENT).scalar_subquery()
+        )
+    row = conn.execute(select(*columns)).one()
+    return Probe(row[0], row[1], row[2], row[3] if confirm else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What a fire of a schedule sends: the task, its arguments and Celery options."""
+
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    overlap: str = "allow"
+
+
+def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:
+    """The payloads of the named schedules that exist and decode (others are left out)."""
+    s = models.Schedule
+    wanted = sorted(set(names))
+    payloads: dict[str, Payload] = {}
+    for start in range(0, len(wanted), CHUNK):
+        stmt = select(
+            s.name,
+            s.task,
+            type_coerce(s.args, Text),
+            type_coerce(s.kwargs, Text),
+            type_coerce(s.options, Text),
+            s.overlap,
+        ).where(matches(conn, s.name, wanted[start : start + CHUNK], "str"))
+        for name, task, args, kwargs, options, overlap in conn.execute(stmt):
+            try:
+                payloads[name] = Payload(
+                    task,
+                    list(decode_json(args)),
+                    dict(decode_json(kwargs)),
+                    dict(decode_json(options)),
+                    overlap,
+                )
+            except (TypeError, ValueError):
+                continue
+    return payloads
+
+
+def update_schedule_facts(
+    conn: Connection, models: Models, schedule: str, state: str, nominal: datetime | None
+) -> None:
+    """Fold a finished run into its schedule's health facts and ask for a re-check."""
+    table = table_of(models.Schedule)
+    values: dict[str, Any] = {"check_at": db_now()}
+    if state == RunState.SUCCEEDED:
+        values["consecutive_failures"] = 0
+        values["last_success_at"] = db_now()
+        if nominal is not None:
+            current = table.c.last_success_nominal_at
+            values["last_success_nominal_at"] = case(
+                (current.is_(None), nominal), (current < nominal, nominal), else_=current
+            )
+    elif state in FAILURE_STATES:
+        values["consecutive_failures"] = table.c.consecutive_failures + 1
+    else:
+        return
+    conn.execute(update(table).where(table.c.name == schedule).values(**values))
+
+
+# -- health ---------------------------------------------------------------------------
+
+
+def health_columns(models: Models) -> list[Any]:
+    """The columns a health evaluation reads (the schedule's JSON as text)."""
+    table = table_of(models.Schedule)
+    return [
+        table.c.name,
+        type_coerce(table.c.schedule, Text).label("schedule"),
+        table.c.enabled,
+        table.c.error,
+        table.c.grace,
+        table.c.watermark_at,
+        table.c.next_fire_at,
+        table.c.health,
+        table.c.consecutive_failures,
+        table.c.last_success_at,
+        table.c.last_success_nominal_at,
+    ]
+
+
+def lock_due_checks(
+    conn: Connection, models: Models, now: datetime, limit: int
+) -> list[Mapping[Any, Any]]:
+    """Lock and return the rows whose ``check_at`` has passed (other Beats skip them)."""
+    table = table_of(models.Schedule)
+    stmt = (
+        select(*health_columns(models))
+        .where(table.c.check_at <= now)
+        .order_by(table.c.check_at)
+        .limit(limit)
+    )
+    if on_postgresql(conn):
+        stmt = stmt.with_for_update(skip_locked=True, of=table)
+    return list(conn.execute(stmt).mappings())
+
+
+def set_health(
+    conn: Connection, models: Models, name: str, health: str, check_at: datetime | None
+) -> None:
+    """Store a schedule's evaluated health word and when to check it next."""
+    table = table_of(models.Schedule)
+    conn.execute(update(table).where(table.c.name == name).values(health=health, check_at=check_at))
+
+
+def health_rows(
+    conn: Connection, models: Models, limit: int | None = None
+) -> list[Mapping[Any, Any]]:
+    """Every schedule's health columns, by name."""
+    table = table_of(models.Schedule)
+    stmt = select(*health_columns(models)).order_by(table.c.name).limit(limit)
+    return list(conn.execute(stmt).mappings())
+
+
+# -- rows written through ScheduleStore ------------------------------------------------
+
+
+def read_schedule(
+    conn: Connection, models: Models, name: str, *, lock: bool = False
+) -> StoredSchedule | None:
+    """The schedule ``name`` (``lock``: its row locked until the transaction ends)."""
+    table = table_of(models.Schedule)
+    stmt = select(*readable_columns(table)).where(table.c.name == name)
+    if lock:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).mappings().one_or_none()
+    return None if row is None else stored(row)
+
+
+def list_schedules(
+    conn: Connection, models: Models, *, limit: int | None = None
+) -> list[StoredSchedule]:
+    """Schedules ordered by name (at most ``limit``)."""
+    table = table_of(models.Schedule)
+    stmt = select(*readable_columns(table)).order_by(table.c.name).limit(limit)
+    return [stored(row) for row in conn.execute(stmt).mappings()]
+
+
+def insert_schedules(conn: Connection, models: Models, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert schedule rows (one executemany); a repeated name raises IntegrityError."""
+    if rows:
+        conn.execute(insert(table_of(models.Schedule)), list(rows))
+
+
+def update_schedule(conn: Connection, models: Models, name: str, values: dict[str, Any]) -> None:
+    table = table_of(models.Schedule)
+    conn.execute(update(table).where(table.c.name == name).values(**values))
+
+
+def delete_schedules(conn: Connection, models: Models, names: Iterable[str]) -> int:
+    """Delete the named schedules; how many there were."""
+    table = table_of(models.Schedule)
+    wanted = list(names)
+    if not wanted:
+        return 0
+    return int(conn.execute(delete(table).where(table.c.name.in_(wanted))).rowcount)
+
+
+def lock_config_rows(
+    conn: Connection, models: Models, names: Iterable[str]
+) -> dict[str, Mapping[Any, Any]]:
+    """Lock and return the rows of source ``config`` and those named ``names``, by name."""
+    table = table_of(models.Schedule)
+    stmt = (
+        select(*readable_columns(table))
+        .where((table.c.source == "config") | table.c.name.in_(list(names)))
+        .with_for_update()
+    )
+    return {row["name"]: row for row in conn.execute(stmt).mappings()}

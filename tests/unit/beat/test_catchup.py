@@ -1,0 +1,104 @@
+"""The catch-up policies as a pure function (no database, no clock but the arguments)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from celery_gaffer.beat.catchup import decide
+from celery_gaffer.schedules import every
+from celery_gaffer.schedules.spec import Policy
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
+ON_TIME = timedelta(seconds=10)
+
+
+def minutes(*ks: int) -> tuple[datetime, ...]:
+    return tuple(T0 + timedelta(minutes=k) for k in ks)
+
+
+def test_a_punctual_tick_sends_the_one_due_fire_under_every_policy() -> None:
+    for catchup in ("latest", "all", "skip"):
+        decision = decide(
+            every(60),
+            Policy(catchup=catchup),
+            T0,
+            T0 + timedelta(minutes=1, seconds=0.2),
+            max_catchup=100,
+            on_time=ON_TIME,
+        )
+        assert decision.send == minutes(1)
+        assert decision.skipped == 0
+        assert decision.next_fire_at == T0 + timedelta(minutes=2)
+
+
+@pytest.mark.parametrize(
+    ("catchup", "send", "skipped"),
+    [("latest", minutes(10), 9), ("all", minutes(*range(1, 11)), 0), ("skip", (), 10)],
+)
+def test_ten_missed_fires(catchup: str, send: tuple[datetime, ...], skipped: int) -> None:
+    now = T0 + timedelta(minutes=10, seconds=30)
+    decision = decide(every(60), Policy(catchup=catchup), T0, now, max_catchup=100, on_time=ON_TIME)
+    assert decision.send == send
+    assert decision.skipped == skipped
+    assert decision.missed == ()
+    assert decision.watermark == now
+    assert decision.next_fire_at == T0 + timedelta(minutes=11)
+
+
+def test_all_is_bounded_per_tick_and_resumes_from_the_last_sent() -> None:
+    now = T0 + timedelta(minutes=10, seconds=30)
+    first = decide(every(60), Policy(catchup="all"), T0, now, max_catchup=4, on_time=ON_TIME)
+    assert first.send == minutes(1, 2, 3, 4)
+    assert first.watermark == T0 + timedelta(minutes=4)
+    assert first.next_fire_at == T0 + timedelta(minutes=5)  # already due: the next tick goes on
+    second = decide(
+        every(60), Policy(catchup="all"), first.watermark, now, max_catchup=4, on_time=ON_TIME
+    )
+    assert second.send == minutes(5, 6, 7, 8)
+
+
+def test_starting_deadline_turns_old_fires_into_missed_ones() -> None:
+    now = T0 + timedelta(minutes=5, seconds=10)
+    decision = decide(
+        every(60),
+        Policy(catchup="all", starting_deadline=150),
+        T0,
+        now,
+        max_catchup=100,
+        on_time=ON_TIME,
+    )
+    assert decision.missed == minutes(1, 2)
+    assert decision.send == minutes(3, 4, 5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    interval=st.integers(min_value=1, max_value=3600),
+    down=st.integers(min_value=0, max_value=5_000),
+    max_catchup=st.integers(min_value=1, max_value=50),
+)
+def test_all_eventually_sends_every_fire_exactly_once(
+    interval: int, down: int, max_catchup: int
+) -> None:
+    schedule = every(interval)
+    now = T0 + timedelta(seconds=down)
+    watermark, sent = T0, []
+    for _ in range(down + 2):
+        decision = decide(
+            schedule,
+            Policy(catchup="all"),
+            watermark,
+            now,
+            max_catchup=max_catchup,
+            on_time=ON_TIME,
+        )
+        assert len(decision.send) <= max_catchup
+        sent.extend(decision.send)
+        watermark = decision.watermark
+        if decision.next_fire_at is None or decision.next_fire_at > now:
+            break
+    assert sent == list(schedule.fires_between(T0, now))
