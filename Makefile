@@ -3,14 +3,27 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The lowest supported versions of the dependencies (constraints/lowest.txt) get a venv of their own.
+LOWEST_VENV ?= .venv-lowest
+LOWEST_BIN := $(LOWEST_VENV)/bin
+LOWEST_STAMP := $(LOWEST_VENV)/.installed
 
-.PHONY: install test test-fast lint format typecheck check clean demo docs chaos chaos-short
+.PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,docs]'
 	touch $(STAMP)
+
+# Built from scratch whenever the pins change: upgrading in place would leave behind
+# packages that the new pins no longer bring.
+$(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
+	rm -rf $(LOWEST_VENV)
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_BIN)/python -m pip install --quiet --upgrade pip
+	$(LOWEST_BIN)/python -m pip install --quiet -c constraints/lowest.txt -e '.[test]'
+	touch $(LOWEST_STAMP)
 
 install: $(STAMP)
 
@@ -21,6 +34,10 @@ test: $(STAMP)
 ## Only the tests that need no service.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dst $(PYTEST_ARGS)
+
+## Unit and integration tests on the lowest supported dependency versions (constraints/lowest.txt).
+test-lowest: $(LOWEST_STAMP)
+	$(LOWEST_BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -37,7 +54,7 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST_VENV) build *.egg-info .mypy_cache .ruff_cache
 
 ## The example project on the embedded default (SQLite + filesystem broker): no servers.
 demo: $(STAMP)

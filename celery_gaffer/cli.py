@@ -14,8 +14,10 @@ import click
 from .beat.health import all_health
 from .clock import utcnow
 from .exceptions import GafferError
+from .protocol import Health
 from .schedule_store import ScheduleStore
 from .schedules.kinds import Cron, Every, cron, every
+from .schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from .store import database_for
 from .store import runs as run_rows
 from .store.retention import cleanup
@@ -143,8 +145,8 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None) -> None:
 @click.option("--args", "args_json", help="Positional arguments as a JSON list.")
 @click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
 @click.option("--options", "options_json", help="Celery send options as a JSON object.")
-@click.option("--catchup", type=click.Choice(["latest", "all", "skip"]), default=None)
-@click.option("--overlap", type=click.Choice(["allow", "forbid", "replace"]), default=None)
+@click.option("--catchup", type=click.Choice(CATCHUP_POLICIES), default=None)
+@click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None)
 @click.option(
     "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
 )
@@ -288,7 +290,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
                         "last_success_at": _iso(h.last_success_at),
                         "next_fire_at": _iso(h.next_fire_at),
                         "consecutive_failures": h.consecutive_failures,
-                        "late_since": _iso(h.due_nominal_at) if h.state == "late" else None,
+                        "late_since": _iso(h.due_nominal_at) if h.state == Health.LATE else None,
                         "error": h.error,
                     }
                 )

@@ -28,11 +28,14 @@ from .exceptions import InvalidSchedule
 
 __all__ = [
     "ERROR_LENGTH",
+    "FAILURE_STATES",
     "KEY_LENGTH",
     "NAME_LENGTH",
     "NOMINAL_FORMAT",
+    "STORED_HEALTH",
     "Catchup",
     "FireHeaders",
+    "FireKind",
     "FireState",
     "Health",
     "KeyState",

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from .beat import triggers
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
+from .protocol import Health
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
@@ -297,7 +298,7 @@ class ScheduleStore:
                     watermark_at=watermark, next_fire_at=next_fire_at, check_at=next_fire_at
                 )
             else:
-                values.update(next_fire_at=None, check_at=None, health="ok")
+                values.update(next_fire_at=None, check_at=None, health=Health.OK)
             rows.update_schedule(conn, self._models, name, values)
             return self._get(conn, name)
 

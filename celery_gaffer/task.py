@@ -76,7 +76,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
 
     acks_late = True
     gaffer_key: str | None = None
-    gaffer_overlap: str = "allow"
+    gaffer_overlap: str = Overlap.ALLOW
     gaffer_overlap_wait: float = 0.0
     #: Retries of a run that failed because the database could not be reached.
     gaffer_database_retries: int = 10

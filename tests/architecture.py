@@ -170,8 +170,8 @@ def _sql_built(name: str, tree: ast.AST) -> Iterator[Violation]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The import cycles of ``graph``: its strongly connected components of two or more
-    modules (Tarjan's algorithm), each as a path."""
+    """The import cycles of ``graph``: one per strongly connected component of two or more
+    modules (Tarjan's algorithm), each as a shortest loop through its first module."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -197,9 +197,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if member == node:
                     break
             if len(component) > 1:
-                found.append(sorted(component))
+                found.append(_shortest_loop(graph, set(component)))
 
     for node in sorted(graph):
         if node not in index:
             visit(node)
     return found
+
+
+def _shortest_loop(graph: dict[str, set[str]], members: set[str]) -> list[str]:
+    """A shortest import path from the first member of a cycle back to itself."""
+    start = min(members)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in sorted(graph.get(node, set()) & members):
+            if nxt == start:
+                return paths[node]
+            if nxt not in paths:
+                paths[nxt] = [*paths[node], nxt]
+                queue.append(nxt)
+    return sorted(members)  # not reached: every member of a component is on a loop

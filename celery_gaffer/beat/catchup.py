@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
 
+from ..protocol import Catchup
 from ..schedules.kinds import Cron, Every
 from ..schedules.spec import Policy
 
@@ -45,7 +46,7 @@ def decide(
     missed instead of sent.
     """
     fires = schedule.fires_between(watermark, now)
-    if policy.catchup == "all":
+    if policy.catchup == Catchup.ALL:
         chosen = list(islice(fires, max_catchup + 1))
         if len(chosen) > max_catchup:
             chosen = chosen[:max_catchup]
@@ -56,7 +57,7 @@ def decide(
     else:
         chosen = []
         skipped = 0
-        if policy.catchup == "latest":
+        if policy.catchup == Catchup.LATEST:
             last = None
             for last in fires:  # noqa: B007 - only the last one is wanted
                 skipped += 1

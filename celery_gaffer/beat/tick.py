@@ -9,7 +9,7 @@ The data path of a tick, in order:
 2. :meth:`Tick.publish_pending`: publish the pending fires whose time has come (jittered
    fires, and fires whose publisher died between commit and publish);
 3. :meth:`Tick.confirm_deliveries`: publish again the sent fires no worker ever started
-   (opt-in, :mod:`.confirm`);
+   (opt-in, :mod:`.redelivery`);
 4. :meth:`Tick.check_health`: mark runs whose heartbeat stopped ``lost`` and re-check the
    health of the schedules whose ``check_at`` has passed (:mod:`.health`).
 
@@ -42,10 +42,10 @@ from ..store.models import Models
 from ..store.schedule_rows import decode_json
 from ..store.schedules import DueSchedule, Payload, Probe
 from .catchup import Decision, decide
-from .confirm import claim_unconfirmed
 from .health import announce, check_due
 from .metrics import Metrics
 from .publisher import publish
+from .redelivery import claim_unconfirmed
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 

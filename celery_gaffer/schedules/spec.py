@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import InvalidInput
-from ..protocol import KEY_LENGTH, NAME_LENGTH
+from ..protocol import KEY_LENGTH, NAME_LENGTH, Catchup, Overlap
 from .kinds import Cron, Every, as_schedule
 
-CATCHUP_POLICIES = ("latest", "all", "skip")
-OVERLAP_POLICIES = ("allow", "forbid", "replace")
+CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
+OVERLAP_POLICIES = tuple(str(policy) for policy in Overlap)
 _GAFFER_KEYS = ("catchup", "starting_deadline", "overlap", "grace", "enabled")
 
 
@@ -25,9 +25,9 @@ _GAFFER_KEYS = ("catchup", "starting_deadline", "overlap", "grace", "enabled")
 class Policy:
     """The per-schedule ``gaffer={...}`` options (docs/how-to/configure-beat.md)."""
 
-    catchup: str = "latest"
+    catchup: str = Catchup.LATEST
     starting_deadline: float | None = None
-    overlap: str = "allow"
+    overlap: str = Overlap.ALLOW
     grace: float | None = None
     enabled: bool = True
 
@@ -101,13 +101,13 @@ def validate_policy(gaffer: Mapping[str, Any] | None) -> Policy:
             f"gaffer.{unknown[0]}: unknown option (known: {', '.join(_GAFFER_KEYS)})",
             field=f"gaffer.{unknown[0]}",
         )
-    catchup = gaffer.get("catchup", "latest")
+    catchup = gaffer.get("catchup", Catchup.LATEST)
     if catchup not in CATCHUP_POLICIES:
         raise InvalidInput(
             f"gaffer.catchup: {catchup!r} is not one of {', '.join(CATCHUP_POLICIES)}",
             field="gaffer.catchup",
         )
-    overlap = gaffer.get("overlap", "allow")
+    overlap = gaffer.get("overlap", Overlap.ALLOW)
     if overlap not in OVERLAP_POLICIES:
         raise InvalidInput(
             f"gaffer.overlap: {overlap!r} is not one of {', '.join(OVERLAP_POLICIES)}",

@@ -116,10 +116,8 @@ def _claim_statement(
     hold the lease ``lease_name``, locking its row first; the statement returns
     (fenced, claimed) counts.
 
-    ``guard`` (PostgreSQL): the statement fails instead of returning a refusal: the
-    logarithm of zero when nothing was claimed (:data:`KEY_DONE_SQLSTATE`), and first a
-    division by zero when the fence is stale
-    (:data:`~celery_gaffer.store.leases.FENCE_LOST_SQLSTATE`).
+    ``guard`` (PostgreSQL): the statement fails instead of returning a refusal (see
+    "Guards" in :mod:`celery_gaffer.store.leases`).
     """
 
     def build() -> Any:

@@ -25,7 +25,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..protocol import FAILURE_STATES, FireState, RunState
+from ..protocol import FAILURE_STATES, FireState, Overlap, RunState
 from .arrays import matches, on_postgresql, unnest
 from .dbclock import db_now
 from .models import Models, table_of
@@ -187,7 +187,7 @@ class Payload:
     args: list[Any]
     kwargs: dict[str, Any]
     options: dict[str, Any]
-    overlap: str = "allow"
+    overlap: str = Overlap.ALLOW
 
 
 def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:

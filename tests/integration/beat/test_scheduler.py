@@ -192,6 +192,10 @@ def test_a_committed_fire_whose_publish_failed_is_published_once_after_republish
 def test_a_failed_publish_batch_leaves_its_fires_pending_and_they_are_republished_once(
     app: Celery, clock: FrozenClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from kombu import Producer
+
+    if not hasattr(Producer, "batch"):  # kombu < 5.7: Beat sends one message at a time
+        pytest.skip("this kombu has no publish batches (Producer.batch is kombu >= 5.7)")
     from kombu.exceptions import BatchPublishError
     from kombu.transport.redis import PublishBatch
 
