@@ -11,6 +11,9 @@ from ..protocol import Catchup
 from ..schedules.kinds import Cron, Every
 from ..schedules.spec import Policy
 
+_ONE_SECOND = timedelta(seconds=1)
+_UNLIMITED = 2**62
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -26,6 +29,14 @@ class Decision:
     skipped: int
     watermark: datetime
     next_fire_at: datetime | None
+    #: ``skipped`` is a lower bound: there were at least that many (counting stops at
+    #: :data:`SKIPPED_COUNT_LIMIT`, so that a long outage costs no more than a short one).
+    skipped_at_least: bool = False
+
+
+#: Most skipped fires a tick counts one by one for a cron schedule (``every`` counts
+#: exactly, by arithmetic).
+SKIPPED_COUNT_LIMIT = 1000
 
 
 def decide(
@@ -44,33 +55,35 @@ def decide(
     sends only the most recent; ``skip`` sends only those at most ``on_time`` old (a tick
     is never exactly punctual). Any fire older than ``starting_deadline`` is recorded as
     missed instead of sent.
+
+    The time it takes does not grow with the gap between ``watermark`` and ``now``:
+    ``latest`` and ``skip`` look back from ``now`` (:meth:`last_at_or_before`), and the
+    fires they drop are counted up to :data:`SKIPPED_COUNT_LIMIT`.
     """
-    fires = schedule.fires_between(watermark, now)
+    skipped = 0
+    at_least = False
     if policy.catchup == Catchup.ALL:
-        chosen = list(islice(fires, max_catchup + 1))
+        chosen = list(islice(schedule.fires_between(watermark, now), max_catchup + 1))
         if len(chosen) > max_catchup:
             chosen = chosen[:max_catchup]
             new_watermark = chosen[-1]
         else:
             new_watermark = max(watermark, now)
-        skipped = 0
     else:
-        chosen = []
-        skipped = 0
-        if policy.catchup == Catchup.LATEST:
-            last = None
-            for last in fires:  # noqa: B007 - only the last one is wanted
-                skipped += 1
-            if last is not None:
-                chosen = [last]
-                skipped -= 1
-        else:  # skip
-            for fire in fires:
-                if now - fire <= on_time:
-                    chosen.append(fire)
-                else:
-                    skipped += 1
         new_watermark = max(watermark, now)
+        if policy.catchup == Catchup.LATEST:
+            last = schedule.last_at_or_before(now) if now > watermark else None
+            chosen = [last] if last is not None and last > watermark else []
+        else:  # skip: only the fires of the last ``on_time``, found from ``now`` back
+            recent = max(watermark, now - on_time - _ONE_SECOND)
+            chosen = [f for f in schedule.fires_between(recent, now) if now - f <= on_time]
+        if chosen or now > watermark:
+            limit = SKIPPED_COUNT_LIMIT + len(chosen)
+            if isinstance(schedule, Every):
+                limit = _UNLIMITED  # counted by arithmetic, exactly
+            counted = schedule.count_between(watermark, max(watermark, now), limit)
+            skipped = max(counted - len(chosen), 0)
+            at_least = counted >= limit
 
     if policy.starting_deadline is not None:
         deadline = timedelta(seconds=policy.starting_deadline)
@@ -84,4 +97,5 @@ def decide(
         skipped=skipped,
         watermark=new_watermark,
         next_fire_at=schedule.next_after(new_watermark),
+        skipped_at_least=at_least,
     )

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import islice
 from typing import Any
 
 from sqlalchemy import Connection
@@ -31,10 +30,6 @@ from ..store.models import Models
 from ..store.schedule_rows import decode_json
 
 logger = logging.getLogger("celery_gaffer.health")
-
-# Fires walked past the watermark when Beat has been down; beyond this, an older due fire
-# is as good as the newest for "is it late".
-_MAX_WALK = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +65,10 @@ def latest_due_fire(
     """
     newest: datetime | None = ledger.latest_nominal(conn, models, name, until)
     if until > watermark:
-        for fire in islice(schedule.fires_between(watermark, until), _MAX_WALK):
-            newest = fire
+        # Looked up from ``until`` back: the cost does not grow with how far behind Beat is.
+        last = schedule.last_at_or_before(until)
+        if last is not None and last > watermark:
+            newest = last
     return newest
 
 

@@ -377,8 +377,9 @@ def _log_decision(row: DueSchedule, decision: Decision) -> None:
         )
     if decision.skipped:
         logger.warning(
-            "schedule %s: %d missed fires not sent (catch-up policy %r)",
+            "schedule %s: %s%d missed fires not sent (catch-up policy %r)",
             row.name,
+            "at least " if decision.skipped_at_least else "",
             decision.skipped,
             row.catchup,
             extra={"action": "fires_skipped", "schedule": row.name},

@@ -48,10 +48,26 @@ def _seconds(value: object, name: str) -> float:
     )
 
 
+#: Longest jitter (and, in ``spec``, grace and starting deadline): a year.
+MAX_DELAY_SECONDS = 366 * 86400
+#: Longest cron expression, in characters.
+MAX_EXPR_LENGTH = 256
+# The windows ``last_at_or_before`` looks back through, growing eightfold: a fire is
+# found in a window of at most a few fires, and cronsim looks no further than 50 years.
+_FIRST_WINDOW = timedelta(hours=1)
+_LAST_WINDOW = timedelta(days=366 * 60)
+# Where the shortest gap of a cron schedule is measured (a year, DST changes included).
+_GAP_SAMPLE_FROM = datetime(2025, 12, 31, tzinfo=UTC)
+_GAP_SAMPLE_FIRES = 2000
+
+
 def _jitter_seconds(value: object) -> float:
     jitter = _seconds(value, "jitter")
-    if jitter < 0:
-        raise InvalidSchedule(f"jitter must not be negative, got {value!r}", field="jitter")
+    if not 0 <= jitter <= MAX_DELAY_SECONDS:
+        raise InvalidSchedule(
+            f"jitter must be between 0 and {MAX_DELAY_SECONDS} s (a year), got {value!r}",
+            field="jitter",
+        )
     return jitter
 
 
@@ -102,6 +118,32 @@ class GafferSchedule(BaseSchedule):  # type: ignore[misc]  # celery ships no typ
         after = aware_utc(start, "start")
         until = aware_utc(end, "end")
         return self._fires_until(after, until)
+
+    def last_at_or_before(self, t: datetime) -> datetime | None:
+        """The latest fire ``f <= t`` (aware, any zone), as aware UTC; None when there is
+        none within 60 years. Its cost does not grow with how far back it lies: it looks
+        back through windows that grow eightfold, from an hour."""
+        until = aware_utc(t, "t")
+        window = _FIRST_WINDOW
+        while True:
+            try:
+                after = until - window
+            except OverflowError:
+                after = datetime.min.replace(tzinfo=UTC)
+            last = None
+            for last in self._fires_until(after, until):  # noqa: B007 - the last is wanted
+                pass
+            if last is not None or window >= _LAST_WINDOW or after.year == 1:
+                return last
+            window = min(window * 8, _LAST_WINDOW)
+
+    def count_between(self, start: datetime, end: datetime, limit: int) -> int:
+        """How many fires ``f`` with ``start < f <= end``, counting at most ``limit``."""
+        count = 0
+        for count, _fire in enumerate(self.fires_between(start, end), 1):
+            if count >= limit:
+                break
+        return count
 
     def _fires_until(self, after: datetime, until: datetime) -> Iterator[datetime]:
         for fire in self._fires_after(after):
@@ -207,6 +249,10 @@ class Cron(GafferSchedule):
         nowfun: Callable[[], datetime] | None = None,
         app: Any = None,
     ) -> None:
+        if isinstance(expr, str) and len(expr) > MAX_EXPR_LENGTH:
+            raise InvalidSchedule(
+                f"expr: {len(expr)} characters is longer than {MAX_EXPR_LENGTH}", field="expr"
+            )
         fields = expand_expr(expr)
         zone = load_zone(tz)
         self._expr = " ".join(expr.split())
@@ -214,6 +260,14 @@ class Cron(GafferSchedule):
         self._fixed_time = is_fixed_time(fields)
         self._engine = ZonedCron(fields, zone, self._fixed_time)
         self._jitter = _jitter_seconds(jitter)
+        if self._jitter:
+            gap = self.shortest_gap()
+            if gap is not None and self._jitter >= gap:
+                raise InvalidSchedule(
+                    f"jitter ({jitter!r}) must be smaller than the schedule's shortest gap "
+                    f"between fires ({gap:g} s)",
+                    field="jitter",
+                )
         super().__init__(nowfun=nowfun, app=app)
 
     @property
@@ -230,6 +284,21 @@ class Cron(GafferSchedule):
     def is_fixed_time(self) -> bool:
         """True unless the minute or hour field starts with ``*`` (macros: by expansion)."""
         return self._fixed_time
+
+    def shortest_gap(self) -> float | None:
+        """The shortest time between two fires in a year's sample, DST changes included, in
+        seconds (None: fewer than two fires in 60 years)."""
+        previous = None
+        shortest: float | None = None
+        fires = self._engine.fires_after(_GAP_SAMPLE_FROM)
+        for count, fire in enumerate(fires):
+            if previous is not None:
+                gap = (fire - previous).total_seconds()
+                shortest = gap if shortest is None else min(shortest, gap)
+            if count >= _GAP_SAMPLE_FIRES or fire - _GAP_SAMPLE_FROM > timedelta(days=400):
+                break
+            previous = fire
+        return shortest
 
     def _fires_after(self, after: datetime) -> Iterator[datetime]:
         return self._engine.fires_after(after)
@@ -287,6 +356,24 @@ class Every(GafferSchedule):
             return self._anchor + steps * self._step
         except OverflowError:
             return None
+
+    def last_at_or_before(self, t: datetime) -> datetime | None:
+        """The latest fire ``f <= t``, by arithmetic; None only before year 1."""
+        until = aware_utc(t, "t")
+        steps = (until - self._anchor) // self._step
+        try:
+            return self._anchor + steps * self._step
+        except OverflowError:
+            return None
+
+    def count_between(self, start: datetime, end: datetime, limit: int) -> int:
+        """How many fires ``f`` with ``start < f <= end`` (by arithmetic, at most ``limit``)."""
+        after, until = aware_utc(start, "start"), aware_utc(end, "end")
+        if until <= after:
+            return 0
+        below = (after - self._anchor) // self._step
+        upto = (until - self._anchor) // self._step
+        return int(min(max(upto - below, 0), limit))
 
     def _fires_after(self, after: datetime) -> Iterator[datetime]:
         fire = self.next_after(after)

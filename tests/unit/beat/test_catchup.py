@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celery_gaffer.beat.catchup import decide
-from celery_gaffer.schedules import every
+from celery_gaffer.beat.catchup import SKIPPED_COUNT_LIMIT, Decision, decide
+from celery_gaffer.schedules import Cron, Every, cron, every
 from celery_gaffer.schedules.spec import Policy
 
-T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
+UTC = timezone.utc
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 ON_TIME = timedelta(seconds=10)
 
 
@@ -102,3 +104,78 @@ def test_all_eventually_sends_every_fire_exactly_once(
         if decision.next_fire_at is None or decision.next_fire_at > now:
             break
     assert sent == list(schedule.fires_between(T0, now))
+
+
+CRONS = st.sampled_from(
+    [
+        ("* * * * *", "UTC"),
+        ("*/7 * * * *", "America/New_York"),
+        ("30 2 * * *", "America/New_York"),
+        ("0 * * * *", "Australia/Lord_Howe"),
+        ("30 1 * * 0", "Europe/London"),
+        ("0 0 29 2 *", "UTC"),
+    ]
+)
+
+
+def _walked(schedule: Cron | Every, catchup: str, watermark: datetime, now: datetime) -> Decision:
+    """The decision by walking every fire of the gap (what decide did before): the oracle."""
+    fires = list(schedule.fires_between(watermark, now))
+    if catchup == "latest":
+        send = tuple(fires[-1:])
+    else:
+        send = tuple(f for f in fires if now - f <= ON_TIME)
+    return Decision(send, (), len(fires) - len(send), max(watermark, now), None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    expr=CRONS,
+    catchup=st.sampled_from(["latest", "skip"]),
+    start=st.datetimes(
+        min_value=datetime(2024, 1, 1), max_value=datetime(2027, 12, 31), timezones=st.just(UTC)
+    ),
+    gap=st.integers(min_value=0, max_value=3 * 86400),
+)
+def test_latest_and_skip_decide_what_walking_every_fire_decides(
+    expr: tuple[str, str], catchup: str, start: datetime, gap: int
+) -> None:
+    schedule = cron(*expr)
+    now = start + timedelta(seconds=gap, microseconds=300_000)
+    decision = decide(
+        schedule, Policy(catchup=catchup), start, now, max_catchup=100, on_time=ON_TIME
+    )
+    expected = _walked(schedule, catchup, start, now)
+    assert decision.send == expected.send
+    if expected.skipped < SKIPPED_COUNT_LIMIT:
+        assert (decision.skipped, decision.skipped_at_least) == (expected.skipped, False)
+    else:
+        assert (decision.skipped, decision.skipped_at_least) == (SKIPPED_COUNT_LIMIT, True)
+    assert decision.watermark == max(start, now)
+
+
+def test_a_year_of_downtime_costs_a_tick_no_more_than_a_minute_of_it() -> None:
+    """20 schedules after 365 days down, decided under every policy but ``all`` (bounded by
+    max_catchup): counts and times do not depend on the gap (a generous bound; the
+    benchmark in benchmarks/catchup.py measures it)."""
+    schedules = [cron("* * * * *"), every(1), cron("*/5 * * * *", "Europe/Berlin")] * 7
+    watermark = T0 - timedelta(days=365)
+    started = time.perf_counter()
+    for schedule in schedules[:20]:
+        for catchup in ("latest", "skip"):
+            decision = decide(
+                schedule, Policy(catchup=catchup), watermark, T0, max_catchup=100, on_time=ON_TIME
+            )
+            assert decision.skipped >= SKIPPED_COUNT_LIMIT - 1
+            assert decision.watermark == T0
+    assert time.perf_counter() - started < 5.0
+    exact = decide(every(1), Policy(), watermark, T0, max_catchup=100, on_time=ON_TIME)
+    assert exact.skipped == 365 * 86400 - 1  # every() counts by arithmetic
+    assert exact.send == (T0,)
+
+
+def test_a_clock_far_ahead_decides_at_once() -> None:
+    far = datetime(9000, 1, 1, tzinfo=UTC)
+    decision = decide(cron("* * * * *"), Policy(), T0, far, max_catchup=100, on_time=ON_TIME)
+    assert decision.send == (far,)
+    assert decision.watermark == far

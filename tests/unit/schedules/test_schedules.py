@@ -322,8 +322,11 @@ def test_send_at_adds_the_keys_jitter_delay() -> None:
 
 
 def test_send_at_never_reaches_the_next_fire() -> None:
-    # Every minute with up to an hour of jitter: each send stays inside its minute.
-    s = cron("* * * * *", jitter=3600)
+    # A jitter as long as the shortest gap is refused, like every()'s...
+    with pytest.raises(InvalidSchedule, match="shortest gap"):
+        cron("* * * * *", jitter=60)
+    # ...and one just below it keeps each send inside its minute.
+    s = cron("* * * * *", jitter=59.9)
     nominal = utc(2026, 1, 1, 5)
     sends = [s.send_at(f"job-{i}@x", nominal) for i in range(200)]
     assert all(nominal <= sent < nominal + timedelta(minutes=1) for sent in sends)
