@@ -221,7 +221,7 @@ def pause(ctx: click.Context, name: str) -> None:
 @_gaffer_errors
 def resume(ctx: click.Context, name: str) -> None:
     """Resume schedule NAME from its next nominal time."""
-    stored = ScheduleStore(_app(ctx), check_tasks=False).resume(name)
+    stored = ScheduleStore(_app(ctx)).resume(name)
     click.echo(f"resumed {name}, next fire {_when(stored.next_fire_at)}")
 
 
@@ -260,11 +260,16 @@ def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, limi
     click.echo(f"sent {report.sent} fires of {name}; {report.already} were already in the ledger")
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+def _table(
+    header: tuple[str, ...], rows: list[tuple[Any, ...]], *, last_wide: bool = False
+) -> None:
+    """Columns of at most 40 characters (the last one whole when ``last_wide``)."""
     table = [header, *rows]
     widths = [min(40, max(len(str(row[i])) for row in table)) for i in range(len(header))]
     for row in table:
-        cells = (str(cell)[:40].ljust(width) for cell, width in zip(row, widths, strict=True))
+        cells = [str(cell)[:40].ljust(width) for cell, width in zip(row, widths, strict=True)]
+        if last_wide:
+            cells[-1] = str(row[-1])
         click.echo("  ".join(cells).rstrip())
 
 
@@ -275,7 +280,8 @@ def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
 def status(ctx: click.Context, as_json: bool) -> None:
     """One line per schedule with its state: ok, late, failing, paused or error.
 
-    Exits 1 when any schedule is late or failing (use it as a probe or a cron check).
+    Exits 1 when any schedule is late, failing or in error (use it as a probe or a cron
+    check); the last column says why.
     """
     database = database_for(_app(ctx))
     with database.read() as conn:
@@ -292,12 +298,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
                         "consecutive_failures": h.consecutive_failures,
                         "late_since": _iso(h.due_nominal_at) if h.state == Health.LATE else None,
                         "error": h.error,
+                        "reason": h.reason,
                     }
                 )
             )
     else:
         _table(
-            ("SCHEDULE", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES"),
+            ("SCHEDULE", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON"),
             [
                 (
                     h.schedule,
@@ -305,9 +312,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
                     _when(h.last_success_at),
                     _when(h.next_fire_at),
                     h.consecutive_failures,
+                    h.reason,
                 )
                 for h in healths
             ],
+            last_wide=True,
         )
         click.echo(f"{len(healths)} schedules; database {database.settings.masked_url}")
     if any(h.alerting for h in healths):

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from .beat import triggers
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
-from .protocol import Health
+from .protocol import Catchup, Health, Overlap
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
@@ -169,64 +169,85 @@ class ScheduleStore:
         New entries are added (first fire after now), changed ones updated (watermark and
         paused state kept), and config schedules no longer configured removed. Schedules
         of source ``db`` are never touched; a config entry with a db schedule's name is
-        ignored with a warning. Celery's ``crontab`` is refused (use ``cron(...)``).
+        ignored with a warning. An entry that fails validation (an unknown task, Celery's
+        ``crontab``...) is stored in ``error`` with the reason, logged once, and the
+        others are synced as usual: one bad entry never stops Beat.
         """
         known = self._known_tasks()
-        specs = []
+        specs: list[ScheduleSpec] = []
+        broken: dict[str, dict[str, Any]] = {}
         for name, entry in beat_schedule.items():
-            if not isinstance(entry, Mapping):
-                raise InvalidInput(
-                    f"beat_schedule[{name!r}]: expected a dict", field="beat_schedule"
-                )
             try:
-                specs.append(
-                    validate_entry(
-                        name=name,
-                        task=entry.get("task"),
-                        schedule=entry.get("schedule"),
-                        args=entry.get("args", ()),
-                        kwargs=entry.get("kwargs"),
-                        options=entry.get("options"),
-                        gaffer=entry.get("gaffer"),
-                        known_tasks=known,
-                    )
-                )
+                specs.append(_config_spec(name, entry, known))
             except GafferError as exc:
-                raise type(exc)(f"beat_schedule[{name!r}]: {exc}", field=exc.field) from exc
+                message = f"beat_schedule[{name!r}]: {exc}"
+                try:
+                    validate_name(name)
+                except GafferError:
+                    logger.error(
+                        "%s; the entry is ignored and the others keep firing",
+                        message,
+                        extra={"action": "config_entry_invalid"},
+                    )
+                    continue
+                logger.error(
+                    "%s; the entry is marked in error and the others keep firing",
+                    message,
+                    extra={"action": "config_entry_invalid", "schedule": name},
+                )
+                broken[name] = {"entry": entry, "message": message, "field": exc.field}
         for attempt in range(2):
             try:
-                self._sync(specs)
+                self._sync(specs, broken, known)
                 return
             except IntegrityError:
                 # Another Beat inserted the same entry concurrently; its rows are now visible.
                 if attempt:
                     raise
 
-    def _sync(self, specs: list[ScheduleSpec]) -> None:
+    def _sync(
+        self,
+        specs: list[ScheduleSpec],
+        broken: dict[str, dict[str, Any]],
+        known: Mapping[str, Any] | None,
+    ) -> None:
         now = self._clock()
         wanted = {spec.name: spec for spec in specs}
         with self.database.begin() as conn:
-            existing = rows.lock_config_rows(conn, self._models, wanted)
-            for name, spec in wanted.items():
+            existing = rows.lock_config_rows(conn, self._models, [*wanted, *broken])
+            for name in [*wanted, *broken]:
                 row = existing.get(name)
-                if row is None:
-                    rows.insert_schedules(conn, self._models, [self._new_row(spec, now)])
-                elif row["source"] != "config":
+                if row is not None and row["source"] != "config":
                     logger.warning(
                         "beat_schedule entry %r ignored: a schedule of source %r has that name",
                         name,
                         row["source"],
                         extra={"action": "config_entry_ignored", "schedule": name},
                     )
-                else:
-                    current = stored(row)
+                    continue
+                current = None if row is None else stored(row)
+                if name in wanted:
+                    spec = wanted[name]
+                    if current is None:
+                        rows.insert_schedules(conn, self._models, [self._new_row(spec, now)])
+                        continue
                     values = columns(spec, current.watermark_at, now)
                     if not current.enabled:
                         values.update(enabled=False, next_fire_at=None, check_at=None)
                     if current.error is not None or differs(current, spec):
                         rows.update_schedule(conn, self._models, name, values)
+                    continue
+                values = _error_values(name, broken[name], known, now)
+                if current is None:
+                    new_row = {"name": name, "source": "config", "created_at": now, **values}
+                    rows.insert_schedules(conn, self._models, [new_row])
+                else:
+                    values["watermark_at"] = current.watermark_at
+                    rows.update_schedule(conn, self._models, name, values)
             gone = [
-                n for n, row in existing.items() if row["source"] == "config" and n not in wanted
+                n
+                for n, row in existing.items()
+                if row["source"] == "config" and n not in wanted and n not in broken
             ]
             rows.delete_schedules(conn, self._models, gone)
 
@@ -239,7 +260,7 @@ class ScheduleStore:
     ) -> triggers.BackfillReport:
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have."""
         current = self.get(name)
-        if current.schedule is None:
+        if current.schedule is None or current.error is not None:
             raise InvalidInput(
                 f"name: schedule {name!r} is in error: {current.error}", field="name"
             )
@@ -287,9 +308,14 @@ class ScheduleStore:
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
-            if current.policy.enabled == enabled:
-                return current
             values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
+            if enabled and current.error is not None:
+                # Resuming a schedule in error checks it again: cleared if its cause is
+                # gone, refused with the reason if not.
+                self._recheck(current)
+                values["error"] = None
+            elif current.policy.enabled == enabled:
+                return current
             if enabled and current.schedule is not None:
                 # Fires that fell while paused are not missed: start again from now.
                 watermark = max(current.watermark_at, now)
@@ -301,6 +327,27 @@ class ScheduleStore:
                 values.update(next_fire_at=None, check_at=None, health=Health.OK)
             rows.update_schedule(conn, self._models, name, values)
             return self._get(conn, name)
+
+    def _recheck(self, current: StoredSchedule) -> ScheduleSpec:
+        """``current`` validated again, or InvalidInput saying why it is still in error."""
+        try:
+            if current.schedule is None:
+                raise InvalidInput(str(current.error))
+            policy = policy_dict(current.policy)
+            policy.pop("enabled")
+            return self._validate(
+                name=current.name,
+                task=current.task,
+                schedule=current.schedule,
+                args=current.args,
+                kwargs=current.kwargs,
+                options=current.options,
+                gaffer=policy,
+            )
+        except GafferError as exc:
+            raise InvalidInput(
+                f"name: schedule {current.name!r} is still in error: {exc}", field="name"
+            ) from exc
 
     def _row(self, conn: Connection, name: str, *, lock: bool = False) -> StoredSchedule | None:
         return rows.read_schedule(conn, self._models, validate_name(name), lock=lock)
@@ -326,3 +373,54 @@ def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
         if required not in entry:
             raise InvalidInput(f"{required}: missing", field=required)
     return dict(entry)
+
+
+def _config_spec(name: Any, entry: Any, known: Mapping[str, Any] | None) -> ScheduleSpec:
+    if not isinstance(entry, Mapping):
+        raise InvalidInput("expected a dict", field="beat_schedule")
+    return validate_entry(
+        name=name,
+        task=entry.get("task"),
+        schedule=entry.get("schedule"),
+        args=entry.get("args", ()),
+        kwargs=entry.get("kwargs"),
+        options=entry.get("options"),
+        gaffer=entry.get("gaffer"),
+        known_tasks=known,
+    )
+
+
+def _error_values(
+    name: str, broken: dict[str, Any], known: Mapping[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    """The columns of a config entry that failed validation: its own values when only its
+    task is unknown to this app (Beat checks it again on load, see ``beat.tick``), else a
+    placeholder that never fires until the entry is fixed."""
+    entry = broken["entry"]
+    if broken["field"] == "task" and known is not None:
+        try:
+            spec = _config_spec(name, entry, None)
+        except GafferError:
+            pass
+        else:
+            values = columns(spec, now, now)
+            values.update(error=broken["message"], next_fire_at=now, check_at=now)
+            return values
+    task = entry.get("task") if isinstance(entry, Mapping) else None
+    return {
+        "task": task[:255] if isinstance(task, str) else "?",
+        "schedule": {"kind": "invalid"},
+        "args": [],
+        "kwargs": {},
+        "options": {},
+        "catchup": Catchup.LATEST,
+        "starting_deadline": None,
+        "overlap": Overlap.ALLOW,
+        "grace": None,
+        "enabled": True,
+        "watermark_at": now,
+        "next_fire_at": None,
+        "check_at": now,
+        "error": broken["message"],
+        "updated_at": now,
+    }

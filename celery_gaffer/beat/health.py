@@ -46,8 +46,19 @@ class Health:
     error: str | None = None
 
     @property
+    def reason(self) -> str:
+        """Why the state is what it is, in a few words ("" when ok or paused)."""
+        if self.state == State.ERROR:
+            return self.error or ""
+        if self.state == State.LATE and self.due_nominal_at is not None:
+            return f"fire of {self.due_nominal_at:%Y-%m-%dT%H:%M:%SZ} has not succeeded"
+        if self.state == State.FAILING:
+            return f"{self.consecutive_failures} consecutive failed runs"
+        return ""
+
+    @property
     def alerting(self) -> bool:
-        return self.state in (State.LATE, State.FAILING)
+        return self.state in (State.LATE, State.FAILING, State.ERROR)
 
 
 def latest_due_fire(
@@ -87,12 +98,12 @@ def evaluate(
         "next_fire_at": row["next_fire_at"],
         "consecutive_failures": int(row["consecutive_failures"] or 0),
     }
+    if row["error"]:
+        return Health(state=State.ERROR, due_nominal_at=None, error=row["error"], **facts), None
     try:
         schedule = schedule_from_dict(decode_json(row["schedule"]))
     except (ValueError, TypeError) as exc:
         return Health(state=State.ERROR, due_nominal_at=None, error=str(exc), **facts), None
-    if row["error"]:
-        return Health(state=State.ERROR, due_nominal_at=None, error=row["error"], **facts), None
     if not row["enabled"]:
         return Health(state=State.PAUSED, due_nominal_at=None, **facts), None
     grace = timedelta(seconds=row["grace"] if row["grace"] is not None else settings.default_grace)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+
+from kombu.exceptions import OperationalError as BrokerError
 
 from ..clock import Clock
 from ..protocol import FireHeaders
@@ -34,6 +37,20 @@ def fire_headers(fire: Fire, payload: Payload) -> dict[str, Any]:
     return headers.as_headers()
 
 
+#: Errors of the broker or the network, after which a send is retried; any other error
+#: of a send is the fire's payload's own (its schedule goes to ``error``).
+BROKER_ERRORS = (BrokerError, ConnectionError, TimeoutError, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What :func:`publish` did: the fires sent, and the schedules whose payload could
+    not be sent at all, with the reason (not a broker error: sending again cannot help)."""
+
+    sent: list[Fire] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
 def publish(
     app: Any,
     database: Database,
@@ -41,7 +58,7 @@ def publish(
     payloads: dict[str, Payload],
     producer: Any,
     clock: Clock,
-) -> list[Fire]:
+) -> Published:
     """Send each fire with its deterministic task id, then mark the sent ones ``sent``.
 
     Sends go through one producer, in kombu's publish batches where the transport has
@@ -51,20 +68,26 @@ def publish(
     ``gaffer_republish_after``; the ledger records the repeat as a republish and the
     task's idempotency key makes it harmless.
     """
-    sent: list[Fire] = []
+    outcome = Published()
+    sent = outcome.sent
     for start in range(0, len(fires), PUBLISH_BATCH):
-        sent.extend(_send_batch(app, fires[start : start + PUBLISH_BATCH], payloads, producer))
+        part = fires[start : start + PUBLISH_BATCH]
+        sent.extend(_send_batch(app, part, payloads, producer, outcome.refused))
     if sent:
         now = clock()
         confirm_after = database.settings.confirm_delivery_after
         confirm_at = None if confirm_after is None else now + timedelta(seconds=confirm_after)
         with database.begin() as conn:
             mark_sent(conn, database.models, (fire.id for fire in sent), now, confirm_at)
-    return sent
+    return outcome
 
 
 def _send_batch(
-    app: Any, fires: Sequence[Fire], payloads: dict[str, Payload], producer: Any
+    app: Any,
+    fires: Sequence[Fire],
+    payloads: dict[str, Payload],
+    producer: Any,
+    refused: dict[str, str],
 ) -> list[Fire]:
     """Send ``fires``; return those that reached the broker (as far as it said)."""
     batch = getattr(producer, "batch", None)  # kombu >= 5.7
@@ -72,14 +95,19 @@ def _send_batch(
     try:
         with batch(max_size=BATCH_OPERATIONS) if batch is not None else nullcontext():
             for fire in fires:
-                if _send(app, fire, payloads[fire.schedule], producer):
+                if fire.schedule in refused:
+                    continue
+                problem = _send(app, fire, payloads[fire.schedule], producer)
+                if problem is None:
                     sent.append(fire)
+                elif problem:
+                    refused[fire.schedule] = problem
     except Exception as exc:  # noqa: BLE001 - the flush failed: every send is uncertain
         logger.error(
             "could not publish %d fires (%s: %s); they stay pending and will be republished",
             len(sent),
             type(exc).__name__,
-            exc,
+            str(exc).splitlines()[0][:300] if str(exc) else "",
             extra={"action": "publish_failed", "count": len(sent)},
         )
         return []
@@ -99,7 +127,9 @@ def _send_batch(
     return sent
 
 
-def _send(app: Any, fire: Fire, payload: Payload, producer: Any) -> bool:
+def _send(app: Any, fire: Fire, payload: Payload, producer: Any) -> str | None:
+    """Send one fire: None when sent, "" after a broker error (it stays pending and is
+    published again), else why its payload cannot be sent at all."""
     options = dict(payload.options)
     headers = {**(options.pop("headers", None) or {}), **fire_headers(fire, payload)}
     try:
@@ -112,11 +142,16 @@ def _send(app: Any, fire: Fire, payload: Payload, producer: Any) -> bool:
             headers=headers,
             **options,
         )
-    except Exception:
-        logger.exception(
-            "could not publish fire %s; it stays pending and will be republished",
+    except BROKER_ERRORS as exc:
+        logger.warning(
+            "could not publish fire %s (%s: %s); it stays pending and will be republished",
             fire.key,
+            type(exc).__name__,
+            str(exc).splitlines()[0][:300] if str(exc) else "",
             extra={"action": "publish_failed", "key": fire.key, "schedule": fire.schedule},
         )
-        return False
-    return True
+        return ""
+    except Exception as exc:  # noqa: BLE001 - the payload's own fault: isolate its schedule
+        reason = f"options: the fire cannot be sent ({type(exc).__name__}: {exc})"
+        return reason.splitlines()[0][:500]
+    return None

@@ -32,7 +32,7 @@ from ..clock import Clock
 from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
 from ..schedules.kinds import Cron, Every, schedule_from_dict
-from ..schedules.spec import Policy
+from ..schedules.spec import ScheduleSpec, validate_entry
 from ..store import Database
 from ..store import fires as ledger
 from ..store import runs as run_rows
@@ -53,6 +53,8 @@ logger = logging.getLogger("celery_gaffer.scheduler")
 MAX_PUBLISHES = 4
 # Parsed schedules and payloads kept between ticks (the due ones of a busy tick fit).
 PARSED_CACHE = 2_000
+# How soon Beat loads a schedule in error again, to see whether its cause is gone.
+ERROR_RECHECK = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,7 @@ class Tick:
     #: Longest a tick keeps dispatching before it lets Beat's loop run (it returns 0).
     tick_budget: float = 1.0
     metrics: Metrics | None = None
-    _parsed: dict[tuple[Any, ...], tuple[Cron | Every, Payload]] = field(default_factory=dict)
+    _parsed: dict[tuple[Any, ...], tuple[ScheduleSpec, Payload]] = field(default_factory=dict)
     _reported_errors: set[tuple[str, str]] = field(default_factory=set)
     _next_lost_sweep: float = 0.0
 
@@ -192,21 +194,23 @@ class Tick:
             changes: list[dict[str, Any]] = []
             payloads: dict[str, Payload] = {}
             for row in due:
+                # Whatever one row holds, only that schedule goes to error: the others
+                # of the batch, and Beat, go on.
                 try:
-                    schedule, payload = self._usable(row)
-                except (GafferError, ValueError, TypeError) as exc:
-                    changes.append(self._error_change(row, exc))
+                    spec, payload = self._usable(row)
+                    decision = decide(
+                        spec.schedule,
+                        spec.policy,
+                        row.watermark_at,
+                        now,
+                        max_catchup=settings.max_catchup,
+                        on_time=on_time,
+                    )
+                    plan = plan_row(row, spec.schedule, decision, now, republish_at)
+                except Exception as exc:  # noqa: BLE001 - isolated to its schedule
+                    changes.append(self._error_change(row, exc, now))
                     continue
-                policy = Policy(catchup=row.catchup, starting_deadline=row.starting_deadline)
-                decision = decide(
-                    schedule,
-                    policy,
-                    row.watermark_at,
-                    now,
-                    max_catchup=settings.max_catchup,
-                    on_time=on_time,
-                )
-                plan = plan_row(row, schedule, decision, now, republish_at)
+                self._note_recovery(row)
                 _log_decision(row, decision)
                 plans.append(plan)
                 changes.append(plan.change)
@@ -232,7 +236,9 @@ class Tick:
             )
             orphans = [fire.id for fire in claimed if fire.schedule not in payloads]
             ledger.mark_cancelled(conn, self.models, orphans)
-        self._publish([fire for fire in claimed if fire.schedule in payloads], payloads)
+        # A schedule in error keeps its pending fires (claimed again after
+        # republish_after) until the error clears.
+        self._publish([fire for fire in claimed if _sendable(fire, payloads)], payloads)
         return len(claimed) >= self.batch_size
 
     def confirm_deliveries(self, now: datetime) -> bool:
@@ -260,7 +266,7 @@ class Tick:
                 MAX_PUBLISHES,
                 extra={"action": "fire_unconfirmed", "key": key},
             )
-        self._publish([fire for fire in again if fire.schedule in payloads], payloads)
+        self._publish([fire for fire in again if _sendable(fire, payloads)], payloads)
         return found.handled >= self.batch_size
 
     def check_health(self, now: datetime) -> None:
@@ -291,17 +297,25 @@ class Tick:
     def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
         if not fires:
             return
-        sent = publish(self.app, self.database, fires, payloads, self.producer(), self.clock)
+        published = publish(self.app, self.database, fires, payloads, self.producer(), self.clock)
+        if published.refused:
+            now = self.clock()
+            for name, reason in published.refused.items():
+                self._report_error(name, reason)
+            with self.database.begin() as conn:
+                schedule_rows.mark_errors(conn, self.models, published.refused, now + ERROR_RECHECK)
         if self.metrics is not None:
             now = self.clock()
-            for fire in sent:
+            for fire in published.sent:
                 self.metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
 
-    def _usable(self, row: DueSchedule) -> tuple[Cron | Every, Payload]:
-        """The parsed schedule and payload of a row, or an error saying why it is unusable.
+    def _usable(self, row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
+        """The validated entry and payload of a row, or an error saying why it is unusable.
 
-        Both are cached by the row's id and raw column values, so an edited row is
-        parsed again and an unchanged one is not.
+        Rows are checked with the same rules as ``ScheduleStore`` (a row written by hand
+        or by another version may break them), and the task must be registered with
+        this Beat's app. Cached by the row's id and raw column values, so an edited row
+        is checked again and an unchanged one is not.
         """
         if row.task not in self.app.tasks:
             raise GafferError(f"task: {row.task!r} is not registered with this Beat's app")
@@ -313,43 +327,84 @@ class Tick:
             str(row.kwargs),
             str(row.options),
             row.overlap,
+            row.catchup,
+            row.starting_deadline,
+            row.grace,
         )
         usable = self._parsed.get(cache_key)
         if usable is None:
-            usable = parse_row(row)
+            usable = usable_row(row)
             if len(self._parsed) >= PARSED_CACHE:
                 self._parsed.clear()
             self._parsed[cache_key] = usable
         return usable
 
-    def _error_change(self, row: DueSchedule, exc: Exception) -> dict[str, Any]:
-        message = str(exc) or type(exc).__name__
-        if (row.name, message) not in self._reported_errors:
-            self._reported_errors.add((row.name, message))
-            logger.error(
-                "schedule %s cannot be used and is marked in error: %s",
-                row.name,
-                message,
-                extra={"action": "schedule_error", "schedule": row.name},
-            )
+    def _error_change(self, row: DueSchedule, exc: Exception, now: datetime) -> dict[str, Any]:
+        message = (str(exc) or type(exc).__name__).splitlines()[0][:2000]
+        if not isinstance(exc, GafferError):
+            message = f"{type(exc).__name__}: {message}"
+        self._report_error(row.name, message)
         return {
             "b_id": row.id,
             "watermark_at": row.watermark_at,
-            "next_fire_at": None,
+            # Loaded again then: the error clears once its cause is gone.
+            "next_fire_at": now + ERROR_RECHECK,
             "error": message,
         }
 
+    def _report_error(self, name: str, message: str) -> None:
+        if (name, message) not in self._reported_errors:
+            self._reported_errors.add((name, message))
+            logger.error(
+                "schedule %s cannot be used and is marked in error: %s",
+                name,
+                message,
+                extra={"action": "schedule_error", "schedule": name},
+            )
 
-def parse_row(row: DueSchedule) -> tuple[Cron | Every, Payload]:
-    """A due row's schedule and payload, decoded (GafferError: why it cannot be used)."""
-    schedule = schedule_from_dict(decode_json(row.schedule))
+    def _note_recovery(self, row: DueSchedule) -> None:
+        if row.error is None:
+            return
+        self._reported_errors = {(n, m) for n, m in self._reported_errors if n != row.name}
+        logger.warning(
+            "schedule %s is usable again (was in error: %s)",
+            row.name,
+            row.error,
+            extra={"action": "schedule_recovered", "schedule": row.name},
+        )
+
+
+def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
+    """A due row checked with the rules every entry passes before it is written
+    (GafferError, or InvalidSchedule: why it cannot be used)."""
     try:
+        schedule = schedule_from_dict(decode_json(row.schedule))
         args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
     except ValueError as exc:
-        raise GafferError(f"args/kwargs/options: undecodable JSON ({exc})") from exc
-    if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(options, dict):
-        raise GafferError("args/kwargs/options: expected a list and two objects")
-    return schedule, Payload(row.task, args, kwargs, options, row.overlap)
+        if isinstance(exc, GafferError):
+            raise
+        raise GafferError(f"schedule/args/kwargs/options: undecodable JSON ({exc})") from exc
+    spec = validate_entry(
+        name=row.name,
+        task=row.task,
+        schedule=schedule,
+        args=args,
+        kwargs=kwargs,
+        options=options,
+        gaffer={
+            "catchup": row.catchup,
+            "overlap": row.overlap,
+            "starting_deadline": row.starting_deadline,
+            "grace": row.grace,
+        },
+    )
+    payload = Payload(row.task, spec.args, spec.kwargs, spec.options, spec.policy.overlap)
+    return spec, payload
+
+
+def _sendable(fire: Fire, payloads: dict[str, Payload]) -> bool:
+    payload = payloads.get(fire.schedule)
+    return payload is not None and payload.error is None
 
 
 def sweep_lost(

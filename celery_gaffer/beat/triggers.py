@@ -41,6 +41,10 @@ def trigger(app: Any, database: Database, name: str, clock: Clock) -> Fire:
         payloads = load_payloads(conn, database.models, [name])
         if name not in payloads:
             raise ScheduleNotFound(f"name: no usable schedule named {name!r}", field="name")
+        if payloads[name].error is not None:
+            raise InvalidInput(
+                f"name: schedule {name!r} is in error: {payloads[name].error}", field="name"
+            )
         inserted: list[Fire] = []
         for offset in range(_TRIGGER_ATTEMPTS):
             candidate = nominal + timedelta(seconds=offset)

@@ -8,17 +8,68 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from ..exceptions import InvalidInput
-from ..protocol import KEY_LENGTH, NAME_LENGTH, Catchup, Overlap
-from .kinds import Cron, Every, as_schedule
+from ..protocol import KEY_LENGTH, NAME_LENGTH, Catchup, FireHeaders, Overlap
+from .kinds import MAX_DELAY_SECONDS, Cron, Every, as_schedule
 
 CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
 OVERLAP_POLICIES = tuple(str(policy) for policy in Overlap)
 _GAFFER_KEYS = ("catchup", "starting_deadline", "overlap", "grace", "enabled")
+
+#: Largest ``args``, ``kwargs`` or ``options`` of a schedule, as JSON text (bytes).
+MAX_JSON_BYTES = 64 * 1024
+#: Longest task name (the column's length).
+TASK_LENGTH = 255
+#: Longest queue, exchange or routing key.
+ROUTE_LENGTH = 255
+#: Celery send options a schedule may set on its messages. Every other option
+#: (``task_id``, ``args``, ``serializer``, ``countdown``...) is refused: the scheduler sets
+#: it, or it would break every fire.
+SEND_OPTIONS = (
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "expires",
+    "headers",
+    "time_limit",
+    "soft_time_limit",
+    "ignore_result",
+)
+# Message headers a schedule may not set: Celery's own protocol headers and Gaffer's.
+RESERVED_HEADERS = frozenset(
+    {
+        "id",
+        "task",
+        "lang",
+        "root_id",
+        "parent_id",
+        "group",
+        "group_index",
+        "retries",
+        "eta",
+        "expires",
+        "timelimit",
+        "argsrepr",
+        "kwargsrepr",
+        "origin",
+        "shadow",
+        "ignore_result",
+        "replaced_task_nesting",
+        "stamped_headers",
+        "stamps",
+        *(header for _, header in FireHeaders.NAMES),
+    }
+)
+# Characters no name may hold: controls (NUL, newline...), format characters, lone
+# surrogates (which do not encode), and line or paragraph separators.
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +96,18 @@ class ScheduleSpec:
     policy: Policy = field(default_factory=Policy)
 
 
+def printable_text(value: str, field_name: str) -> str:
+    """``value`` if it holds no control, format or separator character (NUL, newline...)
+    and encodes as UTF-8; else InvalidInput naming the field and the character."""
+    for char in value:
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+            raise InvalidInput(
+                f"{field_name}: must not contain the character U+{ord(char):04X}",
+                field=field_name,
+            )
+    return value
+
+
 def validate_name(name: Any, field_name: str = "name") -> str:
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput(
@@ -54,6 +117,7 @@ def validate_name(name: Any, field_name: str = "name") -> str:
         raise InvalidInput(
             f"{field_name}: {len(name)} characters is longer than {NAME_LENGTH}", field=field_name
         )
+    printable_text(name, field_name)
     if "@" in name:
         # '@' separates the schedule from the nominal time in a fire's key.
         raise InvalidInput(f"{field_name}: {name!r} must not contain '@'", field=field_name)
@@ -69,12 +133,13 @@ def validate_key(key: Any, field_name: str = "key") -> str:
         raise InvalidInput(
             f"{field_name}: {len(key)} characters is longer than {KEY_LENGTH}", field=field_name
         )
-    return key
+    return printable_text(key, field_name)
 
 
 def validate_task(task: Any, known_tasks: Mapping[str, Any] | None) -> str:
-    if not isinstance(task, str) or not task.strip() or len(task) > 255:
+    if not isinstance(task, str) or not task.strip() or len(task) > TASK_LENGTH:
         raise InvalidInput(f"task: expected a task name, got {task!r}", field="task")
+    printable_text(task, "task")
     if known_tasks is not None and task not in known_tasks:
         raise InvalidInput(f"task: {task!r} is not a task registered with this app", field="task")
     return task
@@ -83,11 +148,101 @@ def validate_task(task: Any, known_tasks: Mapping[str, Any] | None) -> str:
 def json_value(value: Any, field_name: str) -> Any:
     """``value`` as it will read back from the database, or InvalidInput naming the field."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(
             f"{field_name}: not JSON-serialisable ({exc})", field=field_name
         ) from exc
+    if len(text) > MAX_JSON_BYTES:  # ASCII: json.dumps escapes everything else
+        raise InvalidInput(
+            f"{field_name}: larger than {MAX_JSON_BYTES} bytes as JSON", field=field_name
+        )
+    decoded: Any = json.loads(text)
+    bad = _unstorable_text(decoded)
+    if bad is not None:
+        raise InvalidInput(
+            f"{field_name}: {bad!r} holds NUL or a lone surrogate, which cannot be stored",
+            field=field_name,
+        )
+    return decoded
+
+
+def _unstorable_text(value: Any) -> str | None:
+    """The first string of a decoded JSON value that PostgreSQL cannot store (NUL) or
+    that does not encode (a lone surrogate), if any."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return item[:40]
+            if "\x00" in item:
+                return item[:40]
+    return None
+
+
+def validate_options(options: Any) -> dict[str, Any]:
+    """A schedule's Celery send options: only :data:`SEND_OPTIONS`, each of its type."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise InvalidInput(
+            f"options: expected a dict, got {type(options).__name__}", field="options"
+        )
+    checked: dict[str, Any] = {}
+    for name, value in options.items():
+        where = f"options.{name}"
+        if name not in SEND_OPTIONS:
+            raise InvalidInput(
+                f"{where}: not an option a schedule may set (allowed: {', '.join(SEND_OPTIONS)})",
+                field=where,
+            )
+        if name in ("queue", "exchange", "routing_key"):
+            if not isinstance(value, str) or not value or len(value) > ROUTE_LENGTH:
+                raise InvalidInput(
+                    f"{where}: expected a name of 1-{ROUTE_LENGTH} characters, got {value!r}",
+                    field=where,
+                )
+            printable_text(value, where)
+        elif name == "priority":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+                raise InvalidInput(f"{where}: expected 0-255, got {value!r}", field=where)
+        elif name in ("expires", "time_limit", "soft_time_limit"):
+            value = _optional_seconds(value, where)
+        elif name == "ignore_result":
+            if not isinstance(value, bool):
+                raise InvalidInput(f"{where}: expected True or False, got {value!r}", field=where)
+        else:  # headers
+            value = _headers(value)
+        checked[name] = value
+    return checked
+
+
+def _headers(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(
+            f"options.headers: expected a dict, got {type(value).__name__}",
+            field="options.headers",
+        )
+    for header in value:
+        if not isinstance(header, str) or not header or len(header) > ROUTE_LENGTH:
+            raise InvalidInput(
+                f"options.headers: {header!r} is not a header name", field="options.headers"
+            )
+        printable_text(header, "options.headers")
+        if header in RESERVED_HEADERS:
+            raise InvalidInput(
+                f"options.headers: {header!r} is set by Celery or celery-gaffer",
+                field="options.headers",
+            )
+    return dict(value)
 
 
 def validate_policy(gaffer: Mapping[str, Any] | None) -> Policy:
@@ -153,11 +308,7 @@ def validate_entry(
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(kwargs, Mapping):
         raise InvalidInput(f"kwargs: expected a dict, got {type(kwargs).__name__}", field="kwargs")
-    options = {} if options is None else options
-    if not isinstance(options, Mapping):
-        raise InvalidInput(
-            f"options: expected a dict, got {type(options).__name__}", field="options"
-        )
+    options = validate_options(options)
     return ScheduleSpec(
         name=name,
         task=task,
@@ -172,10 +323,15 @@ def validate_entry(
 def _optional_seconds(value: Any, field_name: str, *, allow_zero: bool = False) -> float | None:
     if value is None:
         return None
-    if hasattr(value, "total_seconds"):
+    if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidInput(f"{field_name}: expected seconds, got {value!r}", field=field_name)
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidInput(f"{field_name}: must be positive, got {value!r}", field=field_name)
+    if value > MAX_DELAY_SECONDS:
+        raise InvalidInput(
+            f"{field_name}: at most {MAX_DELAY_SECONDS} s (a year), got {value!r}",
+            field=field_name,
+        )
     return float(value)

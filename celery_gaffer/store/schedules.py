@@ -50,6 +50,8 @@ class DueSchedule:
     starting_deadline: float | None
     overlap: str
     watermark_at: datetime
+    grace: float | None = None
+    error: str | None = None
 
 
 def claim_due_schedules(
@@ -75,6 +77,8 @@ def claim_due_schedules(
             s.starting_deadline,
             s.overlap,
             s.watermark_at,
+            s.grace,
+            s.error,
         )
         .where(s.next_fire_at <= now)
         .order_by(s.next_fire_at)
@@ -188,6 +192,8 @@ class Payload:
     kwargs: dict[str, Any]
     options: dict[str, Any]
     overlap: str = Overlap.ALLOW
+    #: Why the schedule cannot fire now (its fires wait, pending, until it can).
+    error: str | None = None
 
 
 def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:
@@ -203,8 +209,9 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
             type_coerce(s.kwargs, Text),
             type_coerce(s.options, Text),
             s.overlap,
+            s.error,
         ).where(matches(conn, s.name, wanted[start : start + CHUNK], "str"))
-        for name, task, args, kwargs, options, overlap in conn.execute(stmt):
+        for name, task, args, kwargs, options, overlap, error in conn.execute(stmt):
             try:
                 payloads[name] = Payload(
                     task,
@@ -212,10 +219,25 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
                     dict(decode_json(kwargs)),
                     dict(decode_json(options)),
                     overlap,
+                    error,
                 )
             except (TypeError, ValueError):
                 continue
     return payloads
+
+
+def mark_errors(
+    conn: Connection, models: Models, errors: dict[str, str], recheck_at: datetime | None
+) -> None:
+    """Put the named schedules in ``error`` with their reasons; Beat loads them again at
+    ``recheck_at`` (None: never, until they are edited) to see whether the cause is gone."""
+    table = table_of(models.Schedule)
+    for name, reason in errors.items():
+        conn.execute(
+            update(table)
+            .where(table.c.name == name)
+            .values(error=reason, next_fire_at=recheck_at, check_at=db_now())
+        )
 
 
 def update_schedule_facts(

@@ -336,12 +336,27 @@ def test_config_entries_are_synced_and_db_entries_left_alone(
     assert {s.name for s in ScheduleStore(app).list()} == {"from-db"}
 
 
-def test_celery_crontab_in_beat_schedule_is_refused(app: Celery, clock: FrozenClock) -> None:
+def test_a_bad_beat_schedule_entry_is_in_error_and_the_others_keep_firing(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
     from celery.schedules import crontab
 
-    app.conf.beat_schedule = {"old": {"task": "t.noop", "schedule": crontab(minute="*/5")}}
-    with pytest.raises(Exception, match=r"cron\("):
-        make_scheduler(app, clock)
+    app.conf.beat_schedule = {
+        "old": {"task": "t.noop", "schedule": crontab(minute="*/5")},
+        "typo": {"task": "t.nope", "schedule": every(60)},
+        "good": {"task": "t.noop", "schedule": every(60)},
+    }
+    scheduler = make_scheduler(app, clock)  # starts: one bad entry never stops Beat
+    listed = {s.name: s for s in ScheduleStore(app).list()}
+    assert "use celery_gaffer.cron(...)" in str(listed["old"].error)
+    assert "'t.nope' is not a task registered" in str(listed["typo"].error)
+    assert listed["good"].error is None
+    clock.advance(60)
+    scheduler.tick()
+    assert sent_keys(redis_url) == [fire_key("good", clock.now)]
+    app.conf.beat_schedule = {"good": {"task": "t.noop", "schedule": every(60)}}
+    make_scheduler(app, clock)
+    assert {s.name for s in ScheduleStore(app).list()} == {"good"}
 
 
 def test_trigger_sends_one_manual_fire_with_its_own_key(
