@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
 from .beat.health import all_health
 from .clock import utcnow
@@ -18,8 +19,9 @@ from .protocol import Health
 from .schedule_store import ScheduleStore
 from .schedules.kinds import Cron, Every, cron, every
 from .schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
-from .store import database_for
+from .store import Database, database_for
 from .store import runs as run_rows
+from .store.database import driver_reason
 from .store.retention import cleanup
 from .store.schedule_rows import StoredSchedule
 
@@ -35,17 +37,42 @@ def _app(ctx: click.Context) -> Any:
 
 
 def _gaffer_errors(command: F) -> F:
-    """Print a GafferError as one line on stderr and exit 2 (no traceback)."""
+    """Print any failure as one line on stderr and exit 2 (no traceback): exit 1 is
+    reserved for ``status`` finding an alert."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
         except GafferError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            _fail(str(exc))
+        except SQLAlchemyError as exc:
+            _fail(f"the Gaffer database refused: {driver_reason(exc)}")
+        except Exception as exc:  # noqa: BLE001 - one line, as every CLI failure
+            _fail(f"unexpected {type(exc).__name__}: {exc}")
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str) -> None:
+    first = " ".join(message.split())  # one line, whatever the message held
+    click.echo(f"error: {first}", err=True)
+    sys.exit(2)
+
+
+def _store(ctx: click.Context, *, check_tasks: bool = True) -> ScheduleStore:
+    """A ScheduleStore of the app, once its database is checked (see :func:`_ready`)."""
+    _ready(ctx)
+    return ScheduleStore(_app(ctx), check_tasks=check_tasks)
+
+
+def _ready(ctx: click.Context) -> Database:
+    """The app's Gaffer database, checked: it exists and is migrated (never created)."""
+    database = database_for(_app(ctx))
+    database.check_ready()
+    return database
 
 
 def _json_option(value: str | None, name: str) -> Any:
@@ -98,17 +125,24 @@ def gaffer() -> None:
 
 
 @gaffer.command()
+@click.option(
+    "--to",
+    "target",
+    default="head",
+    show_default=True,
+    help="Revision to upgrade or downgrade to; 'base' drops every Gaffer table.",
+)
 @click.pass_context
 @_gaffer_errors
-def migrate(ctx: click.Context) -> None:
+def migrate(ctx: click.Context, target: str) -> None:
     """Create or upgrade the Gaffer tables (running it twice changes nothing)."""
     database = database_for(_app(ctx))
-    before, after = database.migrate()
+    before, after = database.migrate(target)
     where = database.settings.masked_url
     if before == after:
-        click.echo(f"{where}: already at revision {after}, nothing to do")
+        click.echo(f"{where}: already at revision {after or 'base'}, nothing to do")
     else:
-        click.echo(f"{where}: migrated from {before or 'empty'} to revision {after}")
+        click.echo(f"{where}: migrated from {before or 'empty'} to revision {after or 'base'}")
 
 
 @gaffer.command()
@@ -118,7 +152,7 @@ def migrate(ctx: click.Context) -> None:
 @_gaffer_errors
 def schedules(ctx: click.Context, as_json: bool, limit: int | None) -> None:
     """List schedules: name, task, when, next fire, state and source."""
-    rows = ScheduleStore(_app(ctx), check_tasks=False).list(limit=limit)
+    rows = _store(ctx, check_tasks=False).list(limit=limit)
     if as_json:
         for stored in rows:
             click.echo(json.dumps(_schedule_json(stored)))
@@ -190,7 +224,7 @@ def add(
     ):
         if value is not None:
             policy[key] = value
-    stored = ScheduleStore(_app(ctx)).add(
+    stored = _store(ctx).add(
         name,
         task,
         schedule,
@@ -211,7 +245,7 @@ def add(
 @_gaffer_errors
 def pause(ctx: click.Context, name: str) -> None:
     """Pause schedule NAME (its fires while paused are never sent)."""
-    ScheduleStore(_app(ctx), check_tasks=False).pause(name)
+    _store(ctx, check_tasks=False).pause(name)
     click.echo(f"paused {name}")
 
 
@@ -221,7 +255,7 @@ def pause(ctx: click.Context, name: str) -> None:
 @_gaffer_errors
 def resume(ctx: click.Context, name: str) -> None:
     """Resume schedule NAME from its next nominal time."""
-    stored = ScheduleStore(_app(ctx)).resume(name)
+    stored = _store(ctx).resume(name)
     click.echo(f"resumed {name}, next fire {_when(stored.next_fire_at)}")
 
 
@@ -231,7 +265,7 @@ def resume(ctx: click.Context, name: str) -> None:
 @_gaffer_errors
 def remove(ctx: click.Context, name: str) -> None:
     """Remove schedule NAME (its history stays until cleanup)."""
-    ScheduleStore(_app(ctx), check_tasks=False).remove(name)
+    _store(ctx, check_tasks=False).remove(name)
     click.echo(f"removed {name}")
 
 
@@ -241,7 +275,7 @@ def remove(ctx: click.Context, name: str) -> None:
 @_gaffer_errors
 def trigger(ctx: click.Context, name: str) -> None:
     """Send one fire of NAME now, with its own key."""
-    key = ScheduleStore(_app(ctx), check_tasks=False).trigger(name)
+    key = _store(ctx, check_tasks=False).trigger(name)
     click.echo(f"sent {key}")
 
 
@@ -254,7 +288,7 @@ def trigger(ctx: click.Context, name: str) -> None:
 @_gaffer_errors
 def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, limit: int) -> None:
     """Send the fires of NAME between --from and --to (UTC) that were never sent."""
-    report = ScheduleStore(_app(ctx), check_tasks=False).backfill(
+    report = _store(ctx, check_tasks=False).backfill(
         name, start.replace(tzinfo=timezone.utc), end.replace(tzinfo=timezone.utc), limit=limit
     )
     click.echo(f"sent {report.sent} fires of {name}; {report.already} were already in the ledger")
@@ -283,7 +317,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     Exits 1 when any schedule is late, failing or in error (use it as a probe or a cron
     check); the last column says why.
     """
-    database = database_for(_app(ctx))
+    database = _ready(ctx)
     with database.read() as conn:
         healths = all_health(conn, database.models, utcnow(), database.settings)
     if as_json:
@@ -334,7 +368,7 @@ def runs(
     ctx: click.Context, schedule_name: str | None, scheduled: bool, limit: int, as_json: bool
 ) -> None:
     """The latest runs, newest first: schedule, nominal time, state, items, duration."""
-    database = database_for(_app(ctx))
+    database = _ready(ctx)
     with database.read() as conn:
         rows = run_rows.latest_runs(
             conn, database.models, limit=limit, schedule=schedule_name, scheduled_only=scheduled
@@ -368,7 +402,7 @@ def runs(
 @_gaffer_errors
 def cleanup_command(ctx: click.Context) -> None:
     """Delete run records, ledger rows and completed keys past their retention."""
-    database = database_for(_app(ctx))
+    database = _ready(ctx)
     report = cleanup(database, utcnow())
     click.echo(f"deleted {report.runs} runs, {report.fires} ledger rows, {report.keys} keys")
 

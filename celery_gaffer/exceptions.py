@@ -55,3 +55,8 @@ class AlreadyProcessed(GafferError):
 
 class DatabaseUnavailable(GafferError):
     """The Gaffer database could not be reached."""
+
+
+class DatabaseNotReady(GafferError):
+    """The Gaffer database is missing, not migrated, or at a revision this version does
+    not know: run ``celery -A <app> gaffer migrate``."""

@@ -8,6 +8,8 @@ health). Schedules live in the database, so Celery's in-memory schedule stays em
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import beat
@@ -18,7 +20,11 @@ from .beat.tick import MAX_PUBLISHES, Tick
 from .clock import Clock, utcnow
 from .exceptions import DatabaseUnavailable, GafferError
 from .schedule_store import ScheduleStore
-from .store import Database, current_revision, database_for, head_revision
+from .store import Database, database_for
+from .store.database import driver_reason
+
+# Longest wait between two attempts to reach the database at start-up, in seconds.
+START_BACKOFF_MAX = 30.0
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -40,8 +46,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     #: Longest a tick keeps dispatching before it lets Beat's loop run (it returns 0).
     tick_budget = 1.0
 
-    def __init__(self, app: Any, *args: Any, clock: Clock = utcnow, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *args: Any,
+        clock: Clock = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+        **kwargs: Any,
+    ) -> None:
         self._clock = clock
+        #: How Beat waits between attempts to reach its database at start-up.
+        self.sleep = sleep
         self.database: Database = database_for(app)
         self._tick_state = Tick(
             app,
@@ -61,20 +76,44 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     # -- celery.beat.Scheduler interface ----------------------------------------------
 
     def setup_schedule(self) -> None:
-        """Check the database is migrated and sync ``beat_schedule`` into it (source config)."""
+        """Check the database is migrated and sync ``beat_schedule`` into it (source config).
+
+        A database that cannot be reached (down, restarting, a full disk) is waited for,
+        with backoff and one log line per attempt: Beat starts when it comes back. A
+        database that is not migrated raises DatabaseNotReady (a mistake to fix, not to
+        wait out).
+        """
         settings = self.database.settings
-        if current_revision(self.database.engine, settings.table_prefix) != head_revision():
-            raise GafferError(
-                f"the Gaffer database at {settings.masked_url} is not migrated: "
-                "run `celery -A <app> gaffer migrate`"
-            )
-        self.app.loader.import_default_modules()
-        ScheduleStore(self.app, clock=self._clock, source="config").sync_config(
-            self.app.conf.beat_schedule or {}
-        )
+        delay = 1.0
+        while True:
+            try:
+                self.database.check_ready()
+                self.app.loader.import_default_modules()
+                ScheduleStore(self.app, clock=self._clock, source="config").sync_config(
+                    self.app.conf.beat_schedule or {}
+                )
+                break
+            except (DatabaseUnavailable, DBAPIError) as exc:
+                logger.error(
+                    "Beat cannot start yet: %s; trying again in %.0f s",
+                    str(exc) if isinstance(exc, GafferError) else driver_reason(exc),
+                    delay,
+                    extra={"action": "beat_waiting_for_database"},
+                )
+                self.sleep(delay)
+                delay = min(delay * 2, START_BACKOFF_MAX)
         if settings.metrics_port is not None and self._tick_state.metrics is None:
             # Per-schedule gauges appear as Beat checks each schedule (check_at).
-            self._tick_state.metrics = Metrics(settings.metrics_port)
+            try:
+                self._tick_state.metrics = Metrics(settings.metrics_port)
+            except OSError as exc:
+                # A second Beat on this host: it fires all the same, without metrics.
+                logger.warning(
+                    "metrics not served: port %d on 127.0.0.1: %s",
+                    settings.metrics_port,
+                    exc.strerror or exc,
+                    extra={"action": "metrics_port_unavailable"},
+                )
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due fire; return the seconds until the next one is due.

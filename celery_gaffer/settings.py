@@ -87,6 +87,12 @@ def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
     if isinstance(value, URL):
         url = value
     elif isinstance(value, str) and value.strip():
+        if _ambiguous_at(value.strip()):
+            raise ConfigurationError(
+                f"{key}: {_masked_text(value)!r} has more than one '@' before its host: "
+                "write an '@' in the user name or password as %40",
+                field=key,
+            )
         try:
             url = make_url(value.strip())
         except (ArgumentError, ValueError) as exc:
@@ -114,20 +120,53 @@ def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
     return url
 
 
+# Query parameters that hold a secret (libpq's ``password``, ``sslpassword``, tokens...).
+_SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key|auth|credential", re.IGNORECASE)
+
+
 def mask_url(url: URL | str) -> str:
-    """Render a database URL with the password masked."""
+    """Render a database URL with every secret masked: the password of its user-info and
+    any query parameter that looks like one (``password``, ``sslpassword``, ``token``...).
+    Text that does not parse as a URL is masked as text."""
     if isinstance(url, str):
+        if _ambiguous_at(url):
+            return _masked_text(str(url))
         try:
-            parsed = make_url(url)
+            url = make_url(url)
         except (ArgumentError, ValueError):
-            return _masked_text(url)
-        return parsed.render_as_string(hide_password=True)
-    return url.render_as_string(hide_password=True)
+            return _masked_text(str(url))
+    query = {
+        name: "***" if _SECRET_PARAMETER.search(name) else value
+        for name, value in url.query.items()
+    }
+    rendered = url.set(query=query).render_as_string(hide_password=True)
+    return rendered.replace("%2A%2A%2A", "***")
+
+
+def _ambiguous_at(text: str) -> bool:
+    """Whether a URL's text has more than one ``@`` before its path or query: an
+    unescaped ``@`` in the password, which a parser would take for the host's start."""
+    before_query = text.partition("://")[2].partition("?")[0]
+    return before_query.count("@") > 1
 
 
 def _masked_text(text: str) -> str:
-    # An unparsable URL may still hold "user:password@"; never echo the password.
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", str(text))
+    """Mask what may be secret in a string that does not parse as a URL: everything from
+    ``user:`` to the last ``@`` (a password may hold an unescaped ``@``), and query
+    parameters that look secret. Over-masking is the safe side."""
+    text = str(text)
+    scheme, sep, rest = text.partition("://")
+    if sep and "@" in rest:
+        userinfo, _, after = rest.rpartition("@")
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        text = f"{scheme}://{userinfo}@{after}"
+    return re.sub(
+        r"([?&][^=&]*(?:pass|pwd|secret|token|key|auth|credential)[^=&]*=)[^&]*",
+        r"\1***",
+        text,
+        flags=re.IGNORECASE,
+    )
 
 
 def _prefix(value: Any) -> str:
@@ -135,6 +174,11 @@ def _prefix(value: Any) -> str:
         raise ConfigurationError(
             f"gaffer_table_prefix: {value!r} must be 1-30 lowercase letters, digits or "
             "underscores, not starting with a digit",
+            field="gaffer_table_prefix",
+        )
+    if value.startswith("sqlite_"):
+        raise ConfigurationError(
+            f"gaffer_table_prefix: {value!r}: names starting with 'sqlite_' are SQLite's own",
             field="gaffer_table_prefix",
         )
     return value

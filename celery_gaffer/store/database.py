@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from ..exceptions import DatabaseUnavailable
-from ..settings import GafferSettings, settings_for
+from ..exceptions import DatabaseNotReady, DatabaseUnavailable
+from ..settings import GafferSettings, mask_url, settings_for
 from .engine import (
     autocommit_connection,
     get_engine,
@@ -20,7 +22,7 @@ from .engine import (
     read_only,
     session_factory,
 )
-from .migrate import migrate
+from .migrate import current_revision, head_revision, known_revisions, migrate
 from .models import Models, models_for
 
 
@@ -93,10 +95,49 @@ class Database:
         ):
             yield autocommit_connection(connection)
 
-    def migrate(self) -> tuple[str | None, str]:
-        """Apply the shipped migrations; returns the revision before and after."""
+    def migrate(self, to: str = "head") -> tuple[str | None, str | None]:
+        """Apply the shipped migrations up (or down) to ``to``; the revisions before and
+        after. DatabaseNotReady for a revision this version does not know."""
         with _unavailable_as_gaffer_error(self):
-            return migrate(self.engine, self.settings.table_prefix)
+            try:
+                return migrate(self.engine, self.settings.table_prefix, to)
+            except ValueError as exc:
+                raise DatabaseNotReady(
+                    f"cannot migrate the Gaffer database at {self.settings.masked_url}: "
+                    f"{exc}; celery-gaffer {_version()}"
+                ) from exc
+
+    def check_ready(self) -> None:
+        """Raise DatabaseNotReady unless the database exists and is at this version's
+        revision (a missing SQLite file is not created), DatabaseUnavailable when it
+        cannot be reached."""
+        where = self.settings.masked_url
+        url = self.settings.database_url
+        on_disk = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+        if on_disk and not Path(str(url.database)).exists():
+            raise DatabaseNotReady(
+                f"there is no Gaffer database at {where}: run `celery -A <app> gaffer "
+                "migrate` to create it"
+            )
+        with _unavailable_as_gaffer_error(self):
+            current = current_revision(self.engine, self.settings.table_prefix)
+        if current == head_revision():
+            return
+        if current is None:
+            raise DatabaseNotReady(
+                f"the Gaffer database at {where} is not migrated: run `celery -A <app> "
+                "gaffer migrate`"
+            )
+        if current not in known_revisions():
+            raise DatabaseNotReady(
+                f"the Gaffer database at {where} is at revision {current}, which "
+                f"celery-gaffer {_version()} does not know: it was migrated by a newer "
+                "version; run that version, or its `gaffer migrate --to` to go back"
+            )
+        raise DatabaseNotReady(
+            f"the Gaffer database at {where} is at the older revision {current}: run "
+            "`celery -A <app> gaffer migrate`"
+        )
 
 
 def database_for(app: Any) -> Database:
@@ -112,6 +153,22 @@ def _unavailable_as_gaffer_error(database: Database) -> Iterator[None]:
         if exc.connection_invalidated or "connect" in str(exc.orig).lower():
             raise DatabaseUnavailable(
                 f"cannot reach the Gaffer database at {database.settings.masked_url}: "
-                f"{type(exc.orig).__name__}"
+                f"{driver_reason(exc)}"
             ) from exc
         raise
+
+
+def driver_reason(exc: BaseException) -> str:
+    """The driver's own reason for a database error, on one line (connection refused,
+    password authentication failed, database does not exist...)."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    text = " ".join(lines)[:300] or type(orig).__name__
+    return mask_url(text) if "://" in text else text
+
+
+def _version() -> str:
+    try:
+        return version("celery-gaffer")
+    except PackageNotFoundError:  # pragma: no cover - a source tree not installed
+        return "(unknown version)"

@@ -43,13 +43,46 @@ def current_revision(engine: Engine, prefix: str) -> str | None:
         return connection.execute(select(table.c.version_num)).scalar()
 
 
-def migrate(engine: Engine, prefix: str) -> tuple[str | None, str]:
-    """Upgrade to the newest revision; a second call changes nothing.
+def known_revisions() -> set[str]:
+    """Every revision this version of celery-gaffer ships."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
 
-    Returns the revision before and after.
+
+def migrate(engine: Engine, prefix: str, to: str = "head") -> tuple[str | None, str | None]:
+    """Upgrade (or downgrade) to revision ``to`` (default: the newest; ``base``: no
+    tables); a second call changes nothing. Returns the revision before and after.
+
+    Raises ValueError for a revision this version does not know, on either side.
     """
+    known = known_revisions()
+    if to not in (*known, "head", "base"):
+        raise ValueError(
+            f"unknown revision {to!r} (this version knows: {', '.join(sorted(known))})"
+        )
     before = current_revision(engine, prefix)
+    if before is not None and before not in known:
+        raise ValueError(
+            f"the database is at revision {before!r}, which this version does not know"
+        )
+    target = head_revision() if to == "head" else to
     with engine.connect() as connection:
-        command.upgrade(alembic_config(connection, prefix), "head")
+        config = alembic_config(connection, prefix)
+        if target == "base" or (before is not None and _is_older(target, before)):
+            command.downgrade(config, target)
+        else:
+            command.upgrade(config, target)
         connection.commit()
-    return before, head_revision()
+    return before, current_revision(engine, prefix)
+
+
+def _is_older(target: str, than: str) -> bool:
+    """Whether ``target`` comes before ``than`` in the shipped history."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    below = {
+        script.revision
+        for script in ScriptDirectory.from_config(config).iterate_revisions(than, "base")
+    }
+    return target in below and target != than
