@@ -58,6 +58,9 @@ logger = logging.getLogger("celery_gaffer.task")
 # How many times a delivery defers to a live holder of its own work before giving up.
 DEFER_RETRIES = 1000
 
+# Tasks whose unfenced key completion was already logged (once per task name).
+_warned_unfenced: set[str] = set()
+
 # The longest gap between two task-progress events of one run.
 PROGRESS_INTERVAL = 1.0
 
@@ -121,7 +124,10 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                     self._take(run, name, steal=policy == Overlap.REPLACE, wait=wait)
                 except LeaseHeld:
                     return self._end_without_work(run, RunState.SKIPPED)
-            return super().__call__(*args, **kwargs)
+            result = super().__call__(*args, **kwargs)
+            if run.key is not None and run.key_state is None:
+                self._complete_key_after_the_body(run)
+            return result
         except AlreadyProcessed:
             return self._end_without_work(run, RunState.DUPLICATE)
         except FenceLost as exc:
@@ -354,6 +360,34 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             soft = limits[1]
         soft = soft or self.soft_time_limit or self.app.conf.task_soft_time_limit
         return 0.8 * float(soft) if soft else None
+
+    def _complete_key_after_the_body(self, run: RunContext) -> None:
+        """Complete the key of a run whose body succeeded without a fenced commit (it
+        never opened ``self.session()`` / ``self.connection()``): later deliveries are
+        then duplicates. Not atomic with the body's effects, as a fenced commit is: the
+        first such run of each task says so, once."""
+        if self.name not in _warned_unfenced:
+            _warned_unfenced.add(self.name)
+            logger.warning(
+                "%s has a key but its run wrote nothing through self.session() or "
+                "self.connection(): its key is completed after the body, not atomically "
+                "with its effects (see docs/how-to/idempotent-tasks.md)",
+                self.name,
+                extra={"action": "key_unfenced", "task": self.name},
+            )
+        try:
+            with run.database.begin() as conn:
+                run.seal(conn, "complete")
+            run.sealed("complete")
+        except AlreadyProcessed:
+            # Another delivery completed the key while this body ran: both did the work.
+            logger.warning(
+                "%s[%s]: key %s was completed by another run while this one ran",
+                self.name,
+                run.task_id,
+                run.key,
+                extra={"action": "key_completed_twice", "key": run.key},
+            )
 
     def _set_outcome(self, run: RunContext, outcome: RunState) -> None:
         run.outcome = outcome

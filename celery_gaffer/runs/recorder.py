@@ -13,21 +13,28 @@ write a row is logged with the run's id and never breaks the task.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import signals, states
+from sqlalchemy.exc import DBAPIError
 
+from ..exceptions import DatabaseUnavailable
+from ..fencing.leases import Lease
 from ..protocol import ERROR_LENGTH, FireHeaders, RunState
 from ..store import Database, database_for, fastpath
 from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
+from ..store.database import driver_reason
 from .delivery import Delivery, DeliveryPolicy
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
 
 logger = logging.getLogger("celery_gaffer.runs")
+
+T = TypeVar("T")
 
 # Celery's final states, as run states (a Gaffer outcome set by the run overrides them).
 _CELERY_STATES = {
@@ -73,6 +80,32 @@ def _run_key(task: Any, args: Any, kwargs: Any) -> str | None:
         return task.gaffer_delivery_key(tuple(args), dict(kwargs))
     except Exception:  # noqa: BLE001 - the run itself reports a bad key, with its field
         return None
+
+
+def once_more_if_stale(attempt: Callable[[], T]) -> T:
+    """``attempt()``, tried a second time when its pooled connection was found dead (a
+    database restart leaves every idle connection stale; SQLAlchemy then discards the
+    pool, so the second try connects afresh)."""
+    try:
+        return attempt()
+    except (DBAPIError, DatabaseUnavailable) as exc:
+        cause = exc if isinstance(exc, DBAPIError) else exc.__cause__
+        if not (isinstance(cause, DBAPIError) and cause.connection_invalidated):
+            raise
+        return attempt()
+
+
+def _record_failed(what: str, task_id: str, exc: BaseException) -> None:
+    """One WARNING line: the run goes on without that record (no traceback)."""
+    reason = driver_reason(exc) if isinstance(exc, DBAPIError) else str(exc)
+    logger.warning(
+        "could not record the %s of run %s: %s: %s",
+        what,
+        task_id,
+        type(exc).__name__,
+        " ".join(reason.split())[:300],
+        extra={"action": "run_record_failed", "task_id": task_id},
+    )
 
 
 class Recorder:
@@ -122,32 +155,31 @@ class Recorder:
                 "run_key": key,
             }
             overlap = overlap_to_take(task, database)
-            if overlap is not None:
-                # The run's overlap lease is taken by the same statement.
-                row = start_taking(
-                    database,
-                    params,
-                    with_key_state=key is not None,
-                    overlap=overlap,
-                    delivery=delivery,
-                    hostname=request.hostname,
-                )
-            else:
+
+            def record_start() -> Any:
+                if overlap is not None:
+                    # The run's overlap lease is taken by the same statement.
+                    return start_taking(
+                        database,
+                        params,
+                        with_key_state=key is not None,
+                        overlap=overlap,
+                        delivery=delivery,
+                        hostname=request.hostname,
+                    )
                 statement = run_rows.start_statement(
                     database.models, with_key_state=key is not None
                 )
                 with database.autocommit(relaxed=True) as conn:
-                    row = fastpath.execute(conn, statement, params).one()
+                    return fastpath.execute(conn, statement, params).one()
+
+            row = once_more_if_stale(record_start)
             if key is not None:
                 delivery.key_state = (key, row[1])
             delivery.row_id = row[0]
             heartbeat_for(self.app).add(row[0])
-        except Exception:
-            logger.exception(
-                "could not record the start of run %s",
-                task_id,
-                extra={"action": "run_record_failed", "task_id": task_id},
-            )
+        except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
+            _record_failed("start", task_id, exc)
 
     def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
         if exception is not None and self._mine(sender):
@@ -196,9 +228,14 @@ class Recorder:
         database = self.database
         # Leases the run left held: the statement that records its end frees them.
         held = left_held(delivery, database)
-        try:
+
+        def end(held: list[Lease]) -> list[Lease]:
             with database.autocommit(relaxed=True) as conn:
-                held = record_end(conn, database, values, row_id, held)
+                return record_end(conn, database, values, row_id, held)
+
+        try:
+            held = once_more_if_stale(lambda: end(held))
+            with database.autocommit(relaxed=True) as conn:
                 if headers.schedule:
                     schedule_rows.update_schedule_facts(
                         conn, database.models, headers.schedule, outcome, headers.nominal
@@ -215,12 +252,8 @@ class Recorder:
                         sent_at=now,
                         publish_after=now + timedelta(seconds=wait),
                     )
-        except Exception:
-            logger.exception(
-                "could not record the end of run %s",
-                task_id,
-                extra={"action": "run_record_failed", "task_id": task_id},
-            )
+        except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
+            _record_failed("end", task_id, exc)
         finally:
             release_quietly(held)
 
@@ -247,9 +280,5 @@ class Recorder:
                         "worker": getattr(request, "hostname", None),
                     },
                 )
-        except Exception:
-            logger.exception(
-                "could not record the revocation of run %s",
-                getattr(request, "id", "?"),
-                extra={"action": "run_record_failed"},
-            )
+        except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
+            _record_failed("revocation", getattr(request, "id", "?"), exc)

@@ -464,3 +464,57 @@ def test_a_lease_added_while_the_renewer_sleeps_is_renewed_a_third_of_its_ttl_af
     while "b" not in renewed and time.monotonic() < deadline:
         time.sleep(0.02)
     assert 1.5 < renewed["b"] - added < 3.0
+
+
+def test_a_keyed_run_that_never_opens_a_session_still_completes_its_key(
+    app: Celery, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its body writes elsewhere (here: a plain session, not self.session()): the key is
+    completed after the body, so a second delivery is a duplicate, and the task is told
+    once that this is not atomic."""
+    calls: list[int] = []
+    monkeypatch.setattr("celery_gaffer.task._warned_unfenced", set())  # once per process
+
+    @app.task(base=GafferTask, bind=True, shared=False, gaffer_key="mail:{n}", name="t.mail")
+    def mail(self: GafferTask, n: int) -> None:
+        calls.append(n)
+
+    with caplog.at_level("WARNING", logger="celery_gaffer.task"):
+        mail.apply((1,))
+        mail.apply((1,))
+        mail.apply((2,))
+    assert calls == [1, 2]
+    assert run_states(app, "t.mail") == ["succeeded", "duplicate", "succeeded"]
+    unfenced = [r for r in caplog.records if getattr(r, "action", None) == "key_unfenced"]
+    assert len(unfenced) == 1
+    assert "not atomically" in unfenced[0].getMessage()
+
+
+@pytest.mark.postgres
+def test_run_records_survive_a_database_restart_that_left_every_pooled_connection_stale(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = Celery("survive", broker="memory://", set_as_current=False)
+    app.conf.gaffer_database_url = postgres_url
+    celery_gaffer.install(app)
+    database = database_for(app)
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.survive")
+    def survive(self: GafferTask, n: int) -> int:
+        return n
+
+    survive.apply((1,))  # every engine now holds idle pooled connections
+    others = "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    with database.engine.connect() as killer:
+        # What a restart does to them: every other backend of this database ends.
+        assert killer.execute(text(f"SELECT count(*) FROM pg_stat_activity {others}")).scalar()
+        killer.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity {others}"))
+        for _ in range(100):
+            if not killer.execute(text(f"SELECT count(*) FROM pg_stat_activity {others}")).scalar():
+                break
+            time.sleep(0.05)
+    with caplog.at_level("WARNING", logger="celery_gaffer"):
+        assert survive.apply((2,)).get() == 2
+    assert run_states(app, "t.survive") == ["succeeded", "succeeded"]
+    assert not [r for r in caplog.records if getattr(r, "action", None) == "run_record_failed"]
+    app.close()
