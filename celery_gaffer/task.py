@@ -49,7 +49,7 @@ from .protocol import FireHeaders, KeyState, Overlap, RunState
 from .runs.delivery import Delivery, DeliveryPolicy
 from .runs.overlap import ends_quietly
 from .runs.recorder import records_end
-from .schedules.spec import OVERLAP_POLICIES, validate_key
+from .schedules.spec import OVERLAP_POLICIES, check_key_template, validate_key
 from .store import Database, database_for
 from .store.keys import key_state
 
@@ -167,6 +167,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             return None
         signature = self.__dict__.get("_gaffer_signature")
         if signature is None:
+            check_key_template(template)
             signature = self.__dict__["_gaffer_signature"] = inspect.signature(self.run)
         try:
             bound = signature.bind(*args, **kwargs)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import string
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -134,6 +136,37 @@ def validate_key(key: Any, field_name: str = "key") -> str:
             f"{field_name}: {len(key)} characters is longer than {KEY_LENGTH}", field=field_name
         )
     return printable_text(key, field_name)
+
+
+def check_key_template(template: Any) -> str:
+    """A ``gaffer_key`` template: ``str.format`` fields that name an argument (no
+    ``{arg.attr}`` or ``{arg[0]}``, which run code of the argument's), with no nested
+    field and no width above the longest key."""
+    if not isinstance(template, str) or not template:
+        raise InvalidInput(
+            f"gaffer_key: expected a str.format template, got {template!r}", field="gaffer_key"
+        )
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise InvalidInput(f"gaffer_key: {template!r}: {exc}", field="gaffer_key") from exc
+    for _literal, name, spec, _conversion in parts:
+        if name is None:
+            continue
+        if not name.isidentifier():
+            raise InvalidInput(
+                f"gaffer_key: {{{name}}} must name an argument (no attributes, indexes or "
+                "positions)",
+                field="gaffer_key",
+            )
+        widths = [int(n) for n in re.findall(r"\d+", spec or "")]
+        if "{" in (spec or "") or any(width > KEY_LENGTH for width in widths):
+            raise InvalidInput(
+                f"gaffer_key: {{{name}:{spec}}}: format specs may not nest or exceed "
+                f"{KEY_LENGTH} characters",
+                field="gaffer_key",
+            )
+    return template
 
 
 def validate_task(task: Any, known_tasks: Mapping[str, Any] | None) -> str:

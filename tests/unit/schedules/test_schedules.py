@@ -537,3 +537,25 @@ def test_a_beat_schedule_entry_accepts_them(plain_app: Celery) -> None:
     assert entry.is_due() == (False, 5.0)
     clock.now = utc(2026, 1, 1, 0, 0, 10)
     assert entry.is_due() == (True, 10.0)
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{invoice.id}", "{items[0]}", "{0}", "{n:>100000000}", "{n:{width}}", "{", ""],
+)
+def test_key_templates_run_no_code_of_their_arguments_and_have_bounded_width(
+    template: str,
+) -> None:
+    from celery_gaffer.exceptions import InvalidInput
+    from celery_gaffer.schedules.spec import check_key_template
+
+    with pytest.raises(InvalidInput) as info:
+        check_key_template(template)
+    assert info.value.field == "gaffer_key"
+
+
+def test_plain_key_templates_are_accepted() -> None:
+    from celery_gaffer.schedules.spec import check_key_template
+
+    for template in ("invoice.settled:{invoice_id}", "r:{invoice_id}:{day}", "{n:>8}", "{{x}}"):
+        assert check_key_template(template) == template
