@@ -83,3 +83,29 @@ def test_unparsable_url_error_does_not_echo_the_password() -> None:
 )
 def test_mask_url(url: str, expected: str) -> None:
     assert mask_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("postgresql+psycopg://alice@host/db?password=S3cretPW", "S3cretPW"),
+        ("postgresql+psycopg://alice:S3cretPW@host/db?sslpassword=Other1", "Other1"),
+        ("postgresql+psycopg://alice:S3cretPW@host/db", "S3cretPW"),
+        ("postgresql://alice:p@ssW0rd@host/db", "ssW0rd"),
+        ("postgresql://alice:S3cret/PW@host:notaport/db", "S3cret"),
+    ],
+)
+def test_every_rendering_of_a_url_masks_its_secrets(url: str, secret: str) -> None:
+    assert secret not in mask_url(url)
+    shown = ""
+    try:
+        shown = GafferSettings.from_conf({"gaffer_database_url": url}).masked_url
+    except ConfigurationError as exc:
+        shown = str(exc)
+    assert secret not in shown
+
+
+def test_a_table_prefix_in_sqlites_own_namespace_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        GafferSettings.from_conf({"gaffer_table_prefix": "sqlite_"})
+    assert info.value.field == "gaffer_table_prefix"
