@@ -36,7 +36,7 @@ class Decision:
 
 #: Most skipped fires a tick counts one by one for a cron schedule (``every`` counts
 #: exactly, by arithmetic).
-SKIPPED_COUNT_LIMIT = 1000
+SKIPPED_COUNT_LIMIT = 100
 
 
 def decide(
