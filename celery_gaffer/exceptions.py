@@ -60,3 +60,12 @@ class DatabaseUnavailable(GafferError):
 class DatabaseNotReady(GafferError):
     """The Gaffer database is missing, not migrated, or at a revision this version does
     not know: run ``celery -A <app> gaffer migrate``."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of an exception on one line, for a handled condition's log line
+    (no traceback: the condition was expected and dealt with). A driver's error is read
+    from the exception SQLAlchemy wrapped it in."""
+    orig = getattr(exc, "orig", None) or exc
+    text = " ".join(str(orig).split())[:300]
+    return f"{type(orig).__name__}: {text}" if text else type(orig).__name__

@@ -35,6 +35,7 @@ from .exceptions import (
     GafferError,
     InvalidInput,
     LeaseHeld,
+    one_line,
 )
 from .fencing.batches import BatchReport, run_batches
 from .fencing.context import (
@@ -231,9 +232,11 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         """Send a ``task-progress`` event (Flower shows the run as ``PROGRESS``)."""
         try:
             self.send_event("task-progress", **fields)
-        except Exception:
+        except Exception as exc:  # noqa: BLE001 - progress never breaks the run
             logger.warning(
-                "could not send task-progress", exc_info=True, extra={"action": "progress_failed"}
+                "could not send task-progress: %s",
+                one_line(exc),
+                extra={"action": "progress_failed"},
             )
 
     def run_batches(
@@ -301,14 +304,14 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
 
     def gaffer_delivery_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         """The run's key: the fire's (a scheduled run), else :meth:`idempotency_key`'s."""
-        fire_key = FireHeaders.of(self.request).key
+        fire_key = Delivery.of(self.request).headers.key
         key = fire_key if fire_key else self.idempotency_key(*args, **kwargs)
         return None if key is None else validate_key(key)
 
     def gaffer_overlap_lease(self) -> tuple[str, str] | None:
         """``(lease name, policy)`` of the run's overlap lease: the schedule's policy (a
         scheduled run) before the task's ``gaffer_overlap``; None when runs may overlap."""
-        headers = FireHeaders.of(self.request)
+        headers = Delivery.of(self.request).headers
         schedule_policy = headers.overlap or Overlap.ALLOW
         if headers.schedule and schedule_policy != Overlap.ALLOW:
             return f"overlap:schedule:{headers.schedule}", schedule_policy

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from ..exceptions import one_line
 from ..runtime import runtime
 from .leases import Lease
 
@@ -59,8 +60,8 @@ class Renewer:
                     continue
                 try:
                     lease.client.renew(lease)
-                except Exception:  # noqa: BLE001 - a failed renewal must not kill the thread
-                    _note_renewal_error(lease)
+                except Exception as exc:  # noqa: BLE001 - a failed renewal must not kill the thread
+                    _note_renewal_error(lease, exc)
             with self._lock:
                 # Leases added meanwhile are in the map: none sleeps past its renewal.
                 live = [when for lease, when in self._due.items() if not lease.lost]
@@ -73,11 +74,11 @@ def renewer() -> Renewer:
     return runtime().part("renewer", Renewer)
 
 
-def _note_renewal_error(lease: Lease) -> None:
+def _note_renewal_error(lease: Lease, exc: BaseException) -> None:
     logger.warning(
-        "could not renew lease %s (fence %d); retrying",
+        "could not renew lease %s (fence %d); retrying: %s",
         lease.name,
         lease.token,
-        exc_info=True,
+        one_line(exc),
         extra={"action": "lease_renew_failed", "lease": lease.name},
     )

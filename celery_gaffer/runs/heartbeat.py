@@ -10,6 +10,7 @@ import logging
 import threading
 from typing import Any
 
+from ..exceptions import one_line
 from ..runtime import runtime
 from ..store import Database, database_for
 from ..store import runs as run_rows
@@ -50,9 +51,9 @@ class Heartbeat:
             try:
                 with self.database.begin() as conn:
                     run_rows.touch_running(conn, self.database.models, rows)
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 - the next beat tries again
                 logger.warning(
-                    "run heartbeat failed", exc_info=True, extra={"action": "heartbeat_failed"}
+                    "run heartbeat failed: %s", one_line(exc), extra={"action": "heartbeat_failed"}
                 )
 
 

@@ -25,7 +25,7 @@ from celery.backends.base import DisabledBackend
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from ..exceptions import GafferError
+from ..exceptions import GafferError, one_line
 from ..fencing.context import new_owner
 from ..fencing.leases import Lease, LeaseClient, is_lock_timeout
 from ..protocol import Overlap
@@ -139,11 +139,11 @@ def release_quietly(leases: list[Lease]) -> None:
     for lease in leases:
         try:
             lease.client.release(lease)
-        except Exception:
+        except Exception as exc:  # noqa: BLE001 - its TTL frees it anyway
             logger.warning(
-                "could not release lease %s (fence %d); it expires with its TTL",
+                "could not release lease %s (fence %d); it expires with its TTL: %s",
                 lease.name,
                 lease.token,
-                exc_info=True,
+                one_line(exc),
                 extra={"action": "lease_release_failed", "lease": lease.name},
             )

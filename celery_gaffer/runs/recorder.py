@@ -231,11 +231,7 @@ class Recorder:
 
         def end(held: list[Lease]) -> list[Lease]:
             with database.autocommit(relaxed=True) as conn:
-                return record_end(conn, database, values, row_id, held)
-
-        try:
-            held = once_more_if_stale(lambda: end(held))
-            with database.autocommit(relaxed=True) as conn:
+                held = record_end(conn, database, values, row_id, held)
                 if headers.schedule:
                     schedule_rows.update_schedule_facts(
                         conn, database.models, headers.schedule, outcome, headers.nominal
@@ -252,6 +248,11 @@ class Recorder:
                         sent_at=now,
                         publish_after=now + timedelta(seconds=wait),
                     )
+                return held
+
+        try:
+            # A stale connection fails on the first statement: nothing was written yet.
+            held = once_more_if_stale(lambda: end(held))
         except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
             _record_failed("end", task_id, exc)
         finally:
