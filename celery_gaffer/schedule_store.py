@@ -243,6 +243,8 @@ class ScheduleStore:
                     rows.insert_schedules(conn, self._models, [new_row])
                 else:
                     values["watermark_at"] = current.watermark_at
+                    if not current.enabled:  # a paused schedule stays paused
+                        values.update(enabled=False, next_fire_at=None, check_at=None)
                     rows.update_schedule(conn, self._models, name, values)
             gone = [
                 n

@@ -21,7 +21,7 @@ from .clock import Clock, utcnow
 from .exceptions import DatabaseUnavailable, GafferError
 from .schedule_store import ScheduleStore
 from .store import Database, database_for
-from .store.database import driver_reason
+from .store.database import driver_reason, is_permanent
 
 # Longest wait between two attempts to reach the database at start-up, in seconds.
 START_BACKOFF_MAX = 30.0
@@ -94,6 +94,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 )
                 break
             except (DatabaseUnavailable, DBAPIError) as exc:
+                if is_permanent(exc):
+                    # Waiting cannot fix a wrong password, a missing database or a
+                    # read-only file: say so once and stop.
+                    raise GafferError(
+                        f"Beat cannot start: the Gaffer database at {settings.masked_url} "
+                        f"refused it: {driver_reason(exc.__cause__ or exc)}"
+                    ) from exc
                 logger.error(
                     "Beat cannot start yet: %s; trying again in %.0f s",
                     str(exc) if isinstance(exc, GafferError) else driver_reason(exc),

@@ -146,8 +146,8 @@ def mask_url(url: URL | str) -> str:
 def _ambiguous_at(text: str) -> bool:
     """Whether a URL's text has more than one ``@`` before its path or query: an
     unescaped ``@`` in the password, which a parser would take for the host's start."""
-    before_query = text.partition("://")[2].partition("?")[0]
-    return before_query.count("@") > 1
+    rest = text.partition("://")[2]
+    return rest.partition("/")[0].count("@") > 1 or rest.partition("?")[0].count("@") > 1
 
 
 def _masked_text(text: str) -> str:

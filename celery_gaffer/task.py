@@ -392,6 +392,17 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                 run.key,
                 extra={"action": "key_completed_twice", "key": run.key},
             )
+        except (DBAPIError, DatabaseUnavailable) as exc:
+            # The body succeeded: retrying the run would do its work again. A later
+            # delivery of the same key will find it unclaimed and run once more.
+            logger.warning(
+                "%s[%s]: could not complete key %s after the body: %s",
+                self.name,
+                run.task_id,
+                run.key,
+                one_line(exc),
+                extra={"action": "key_completion_failed", "key": run.key},
+            )
 
     def _set_outcome(self, run: RunContext, outcome: RunState) -> None:
         run.outcome = outcome

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from ..exceptions import one_line
 from ..protocol import STORED_HEALTH
 from ..protocol import Health as State
 from ..schedules.kinds import Cron, Every, schedule_from_dict
@@ -123,7 +124,7 @@ def check_due(
     """Re-evaluate the schedules whose ``check_at`` has passed; return (health, previous)."""
     results = []
     for row in schedule_rows.lock_due_checks(conn, models, now, limit):
-        health, check_at = evaluate(conn, models, row, now, settings)
+        health, check_at = evaluate_safely(conn, models, row, now, settings)
         stored = health.state if health.state in STORED_HEALTH else State.OK
         schedule_rows.set_health(conn, models, row["name"], stored, check_at)
         results.append((health, row["health"]))
@@ -161,4 +162,29 @@ def all_health(
 ) -> list[Health]:
     """The live health of every schedule, by name (what ``gaffer status`` prints)."""
     rows = schedule_rows.health_rows(conn, models, limit)
-    return [evaluate(conn, models, row, now, settings)[0] for row in rows]
+    return [evaluate_safely(conn, models, row, now, settings)[0] for row in rows]
+
+
+def evaluate_safely(
+    conn: Connection,
+    models: Models,
+    row: Mapping[Any, Any],
+    now: datetime,
+    settings: GafferSettings,
+) -> tuple[Health, datetime | None]:
+    """:func:`evaluate`, with any failure of one row reported as that row's ``error``
+    (a row written by hand or by an older version must not stop Beat or ``status``)."""
+    try:
+        return evaluate(conn, models, row, now, settings)
+    except Exception as exc:  # noqa: BLE001 - isolated to its schedule
+        failure = Health(
+            schedule=row["name"],
+            state=State.ERROR,
+            due_nominal_at=None,
+            last_success_at=row["last_success_at"],
+            last_success_nominal_at=row["last_success_nominal_at"],
+            next_fire_at=row["next_fire_at"],
+            consecutive_failures=int(row["consecutive_failures"] or 0),
+            error=f"health: {one_line(exc)}",
+        )
+        return failure, None

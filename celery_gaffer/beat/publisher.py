@@ -127,6 +127,18 @@ def _send_batch(
     return sent
 
 
+def _transient_errors(producer: Any) -> tuple[type[BaseException], ...]:
+    """Errors after which a send is retried: :data:`BROKER_ERRORS`, and the connection
+    and channel errors of the producer's transport (a Redis ``ResponseError`` during a
+    failover, say), which kombu does not always wrap."""
+    connection = getattr(producer, "connection", None)
+    extra = (
+        *getattr(connection, "connection_errors", ()),
+        *getattr(connection, "channel_errors", ()),
+    )
+    return (*BROKER_ERRORS, *(e for e in extra if isinstance(e, type)))
+
+
 def _send(app: Any, fire: Fire, payload: Payload, producer: Any) -> str | None:
     """Send one fire: None when sent, "" after a broker error (it stays pending and is
     published again), else why its payload cannot be sent at all."""
@@ -142,7 +154,7 @@ def _send(app: Any, fire: Fire, payload: Payload, producer: Any) -> str | None:
             headers=headers,
             **options,
         )
-    except BROKER_ERRORS as exc:
+    except _transient_errors(producer) as exc:
         logger.warning(
             "could not publish fire %s (%s: %s); it stays pending and will be republished",
             fire.key,

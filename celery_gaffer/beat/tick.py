@@ -218,6 +218,8 @@ class Tick:
             new_fires = [fire for plan in plans for fire in plan.fires]
             inserted = ledger.insert_fires(conn, self.models, new_fires, now)
             schedule_rows.advance_schedules(conn, self.models, changes)
+            recovered = [row.name for row in due if row.error is not None and row.name in payloads]
+            schedule_rows.request_checks(conn, self.models, recovered)
             run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
         self._publish([fire for fire in inserted if fire.publish_count > 0], payloads)
         return len(due) >= self.batch_size
@@ -299,11 +301,13 @@ class Tick:
             return
         published = publish(self.app, self.database, fires, payloads, self.producer(), self.clock)
         if published.refused:
-            now = self.clock()
             for name, reason in published.refused.items():
                 self._report_error(name, reason)
             with self.database.begin() as conn:
-                schedule_rows.mark_errors(conn, self.models, published.refused, now + ERROR_RECHECK)
+                # Not loaded again by itself: the row validates, so each recheck would
+                # add a fire the broker refuses again. Fixing its options (update,
+                # --replace) or resuming it clears the error; its pending fires wait.
+                schedule_rows.mark_errors(conn, self.models, published.refused, None)
         if self.metrics is not None:
             now = self.clock()
             for fire in published.sent:

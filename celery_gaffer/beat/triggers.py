@@ -61,7 +61,8 @@ def trigger(app: Any, database: Database, name: str, clock: Clock) -> Fire:
             f"name: {name!r} was triggered too often in the last seconds", field="name"
         )
     with app.producer_or_acquire() as producer:
-        publish(app, database, inserted, payloads, producer, clock)
+        published = publish(app, database, inserted, payloads, producer, clock)
+    _raise_refused(published.refused)
     return inserted[0]
 
 
@@ -97,5 +98,12 @@ def backfill(
         inserted = insert_fires(conn, database.models, fires, now)
     if inserted:
         with app.producer_or_acquire() as producer:
-            publish(app, database, inserted, payloads, producer, clock)
+            published = publish(app, database, inserted, payloads, producer, clock)
+        _raise_refused(published.refused)
     return BackfillReport(sent=len(inserted), already=len(nominals) - len(inserted))
+
+
+def _raise_refused(refused: dict[str, str]) -> None:
+    """A payload the broker's side refused (its fires stay pending): say so, naming why."""
+    for name, reason in refused.items():
+        raise InvalidInput(f"name: the fire of {name!r} could not be sent: {reason}", field="name")

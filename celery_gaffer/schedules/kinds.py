@@ -10,6 +10,7 @@ The DST rules are in docs/dst.md; the cron engine is in :mod:`.cron_engine`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -261,7 +262,7 @@ class Cron(GafferSchedule):
         self._engine = ZonedCron(fields, zone, self._fixed_time)
         self._jitter = _jitter_seconds(jitter)
         if self._jitter:
-            gap = self.shortest_gap()
+            gap = _shortest_gap(fields, tz, self._fixed_time)
             if gap is not None and self._jitter >= gap:
                 raise InvalidSchedule(
                     f"jitter ({jitter!r}) must be smaller than the schedule's shortest gap "
@@ -288,17 +289,7 @@ class Cron(GafferSchedule):
     def shortest_gap(self) -> float | None:
         """The shortest time between two fires in a year's sample, DST changes included, in
         seconds (None: fewer than two fires in 60 years)."""
-        previous = None
-        shortest: float | None = None
-        fires = self._engine.fires_after(_GAP_SAMPLE_FROM)
-        for count, fire in enumerate(fires):
-            if previous is not None:
-                gap = (fire - previous).total_seconds()
-                shortest = gap if shortest is None else min(shortest, gap)
-            if count >= _GAP_SAMPLE_FIRES or fire - _GAP_SAMPLE_FROM > timedelta(days=400):
-                break
-            previous = fire
-        return shortest
+        return _shortest_gap(expand_expr(self._expr), self._tz, self._fixed_time)
 
     def _fires_after(self, after: datetime) -> Iterator[datetime]:
         return self._engine.fires_after(after)
@@ -310,6 +301,23 @@ class Cron(GafferSchedule):
     def __repr__(self) -> str:
         jitter = f", jitter={self._jitter!r}" if self._jitter else ""
         return f"cron({self._expr!r}, tz={self._tz!r}{jitter})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _shortest_gap(fields: str, tz: str, fixed_time: bool) -> float | None:
+    """:meth:`Cron.shortest_gap`, computed once per expression and zone (a pure value:
+    every jittered schedule of a tick would otherwise walk a year of fires)."""
+    engine = ZonedCron(fields, load_zone(tz), fixed_time)
+    previous = None
+    shortest: float | None = None
+    for count, fire in enumerate(engine.fires_after(_GAP_SAMPLE_FROM)):
+        if previous is not None:
+            gap = (fire - previous).total_seconds()
+            shortest = gap if shortest is None else min(shortest, gap)
+        if count >= _GAP_SAMPLE_FIRES or fire - _GAP_SAMPLE_FROM > timedelta(days=400):
+            break
+        previous = fire
+    return shortest
 
 
 class Every(GafferSchedule):

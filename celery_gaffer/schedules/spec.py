@@ -43,7 +43,14 @@ SEND_OPTIONS = (
     "time_limit",
     "soft_time_limit",
     "ignore_result",
+    "retry",
+    "retry_policy",
+    "compression",
+    "delivery_mode",
+    "serializer",
 )
+#: The serializers a schedule may name: JSON only (never pickle).
+SERIALIZERS = ("json",)
 # Message headers a schedule may not set: Celery's own protocol headers and Gaffer's.
 RESERVED_HEADERS = frozenset(
     {
@@ -135,7 +142,13 @@ def validate_key(key: Any, field_name: str = "key") -> str:
         raise InvalidInput(
             f"{field_name}: {len(key)} characters is longer than {KEY_LENGTH}", field=field_name
         )
-    return printable_text(key, field_name)
+    if _unstorable_text(key) is not None:
+        # A key comes from the task's arguments: only what cannot be stored is refused.
+        raise InvalidInput(
+            f"{field_name}: holds NUL or a lone surrogate, which cannot be stored",
+            field=field_name,
+        )
+    return key
 
 
 def check_key_template(template: Any) -> str:
@@ -249,13 +262,49 @@ def validate_options(options: Any) -> dict[str, Any]:
                 raise InvalidInput(f"{where}: expected 0-255, got {value!r}", field=where)
         elif name in ("expires", "time_limit", "soft_time_limit"):
             value = _optional_seconds(value, where)
-        elif name == "ignore_result":
+        elif name in ("ignore_result", "retry"):
             if not isinstance(value, bool):
                 raise InvalidInput(f"{where}: expected True or False, got {value!r}", field=where)
+        elif name == "serializer":
+            if value not in SERIALIZERS:
+                raise InvalidInput(
+                    f"{where}: only {', '.join(SERIALIZERS)} (never pickle), got {value!r}",
+                    field=where,
+                )
+        elif name == "compression":
+            if not isinstance(value, str) or not value.isidentifier() or len(value) > 32:
+                raise InvalidInput(f"{where}: expected a codec name, got {value!r}", field=where)
+        elif name == "delivery_mode":
+            if value not in (1, 2, "transient", "persistent"):
+                raise InvalidInput(
+                    f"{where}: expected 1, 2, 'transient' or 'persistent', got {value!r}",
+                    field=where,
+                )
+        elif name == "retry_policy":
+            value = _retry_policy(value)
         else:  # headers
             value = _headers(value)
         checked[name] = value
     return checked
+
+
+_RETRY_POLICY_KEYS = ("max_retries", "interval_start", "interval_step", "interval_max")
+
+
+def _retry_policy(value: Any) -> dict[str, Any]:
+    where = "options.retry_policy"
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{where}: expected a dict, got {type(value).__name__}", field=where)
+    for key, number in value.items():
+        if key not in _RETRY_POLICY_KEYS:
+            raise InvalidInput(
+                f"{where}.{key}: unknown (known: {', '.join(_RETRY_POLICY_KEYS)})", field=where
+            )
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise InvalidInput(f"{where}.{key}: expected a number, got {number!r}", field=where)
+        if not 0 <= number <= MAX_DELAY_SECONDS:
+            raise InvalidInput(f"{where}.{key}: out of range: {number!r}", field=where)
+    return dict(value)
 
 
 def _headers(value: Any) -> dict[str, Any]:

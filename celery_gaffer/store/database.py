@@ -167,6 +167,30 @@ def driver_reason(exc: BaseException) -> str:
     return mask_url(text) if "://" in text else text
 
 
+# Errors that waiting does not fix: authentication (28xxx), a missing database (3D000),
+# no privilege (42501), and SQLite files that cannot be opened or written.
+_PERMANENT_SQLSTATES = ("28", "3D000", "42501")
+_PERMANENT_TEXT = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",
+    "permission denied",
+    "readonly database",
+    "unable to open database file",
+)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether a database error is a mistake to fix rather than an outage to wait out."""
+    cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
+    orig = getattr(cause, "orig", None) or cause
+    state = str(getattr(orig, "sqlstate", "") or "")
+    if state and state.startswith(_PERMANENT_SQLSTATES):
+        return True
+    text = str(orig).lower()
+    return any(marker in text for marker in _PERMANENT_TEXT)
+
+
 def _version() -> str:
     try:
         return version("celery-gaffer")

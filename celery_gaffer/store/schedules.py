@@ -233,11 +233,24 @@ def mark_errors(
     ``recheck_at`` (None: never, until they are edited) to see whether the cause is gone."""
     table = table_of(models.Schedule)
     for name, reason in errors.items():
+        # A paused schedule stays paused: it is never made due by an error.
+        next_fire_at: Any = None
+        if recheck_at is not None:
+            when = bindparam(None, recheck_at, type_=table.c.next_fire_at.type)
+            next_fire_at = case((table.c.enabled.is_(True), when), else_=None)
         conn.execute(
             update(table)
             .where(table.c.name == name)
-            .values(error=reason, next_fire_at=recheck_at, check_at=db_now())
+            .values(error=reason, next_fire_at=next_fire_at, check_at=db_now())
         )
+
+
+def request_checks(conn: Connection, models: Models, names: Iterable[str]) -> None:
+    """Ask Beat to evaluate the named schedules' health on its next tick."""
+    wanted = list(names)
+    if wanted:
+        table = table_of(models.Schedule)
+        conn.execute(update(table).where(table.c.name.in_(wanted)).values(check_at=db_now()))
 
 
 def update_schedule_facts(

@@ -162,8 +162,15 @@ def test_a_fire_whose_send_fails_puts_only_its_schedule_in_error(
         pending = conn.execute(
             select(func.count()).where(fires.schedule == "cursed", fires.state == "pending")
         ).scalar()
-    # Each recheck tries once more; every fire stays pending for when the error clears.
-    assert pending == 2
+    # Not retried by itself (each try would add a fire the broker refuses again): its
+    # one fire waits, pending, for the error to clear.
+    assert pending == 1
+    monkeypatch.setattr(app, "send_task", real)  # the cause is fixed...
+    assert store.resume("cursed").error is None  # ...and resuming checks it again
+    clock.advance(60)
+    scheduler.tick()
+    assert sent(redis_url)["cursed"] == 2  # the waiting fire and the new one
+    assert store.get("fine").error is None
 
 
 @pytest.mark.parametrize(
@@ -215,3 +222,69 @@ def test_a_stored_option_reaches_the_message(
         "headers": {"team": "billing"},
         "expires": 60.0,
     }
+
+
+def test_a_paused_schedule_stays_paused_through_a_bad_config_sync(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    app.conf.beat_schedule = {"nightly": {"task": "t.noop", "schedule": every(60)}}
+    Scheduler(app, clock=clock)
+    ScheduleStore(app, clock=clock).pause("nightly")
+    app.conf.beat_schedule = {"nightly": {"task": "t.gone", "schedule": every(60)}}
+    Scheduler(app, clock=clock)  # a Beat whose code lacks the task
+    stored = ScheduleStore(app, clock=clock).get("nightly")
+    assert "t.gone" in str(stored.error)
+    assert not stored.enabled
+    assert stored.next_fire_at is None
+
+
+def test_a_row_whose_health_cannot_be_evaluated_is_in_error_and_beat_goes_on(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("healthy", "t.noop", every(60))
+    store.add("ancient", "t.noop", every(60))
+    poison(app, "ancient", grace=1e11)  # accepted by versions before the one-year bound
+    database = database_for(app)
+    with database.read() as conn:  # what `gaffer status` and Beat's health check read
+        listed = all_health(conn, database.models, clock(), database.settings)
+    health = {h.schedule: h for h in listed}
+    assert health["ancient"].state == "error"
+    assert "health: OverflowError" in str(health["ancient"].error)
+    assert health["healthy"].state == "ok"
+    scheduler = Scheduler(app, clock=clock)
+    for _ in range(2):
+        clock.advance(60)
+        scheduler.tick()
+    assert sent(redis_url) == {"healthy": 2}
+
+
+@pytest.mark.postgres
+def test_beat_does_not_wait_out_a_mistake(postgres_url: str) -> None:
+    """A missing database or a wrong role is a mistake to fix: Beat stops at once with
+    one line, where a refused connection (an outage) is waited for."""
+    from sqlalchemy.engine import make_url
+
+    naps: list[float] = []
+    for url in (
+        make_url(postgres_url).set(database="no_such_database_here"),
+        make_url(postgres_url).set(username="no_such_role_here"),
+    ):
+        app = Celery("mistake", broker="memory://", set_as_current=False)
+        app.conf.gaffer_database_url = url.render_as_string(hide_password=False)
+        with pytest.raises(GafferError, match="does not exist"):
+            Scheduler(app, sleep=naps.append)
+        app.close()
+    assert naps == []
+    outage = Celery("outage", broker="memory://", set_as_current=False)
+    outage.conf.gaffer_database_url = "postgresql+psycopg://postgres@127.0.0.1:1/x"
+
+    def give_up(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Scheduler(outage, sleep=give_up)
+    assert naps == [1.0, 2.0, 4.0]
+    outage.close()
