@@ -84,6 +84,17 @@ def latest_due_fire(
     return newest
 
 
+def _facts(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """What a Health reports of a row whatever its state."""
+    return {
+        "schedule": row["name"],
+        "last_success_at": row["last_success_at"],
+        "last_success_nominal_at": row["last_success_nominal_at"],
+        "next_fire_at": row["next_fire_at"],
+        "consecutive_failures": int(row["consecutive_failures"] or 0),
+    }
+
+
 def evaluate(
     conn: Connection,
     models: Models,
@@ -92,13 +103,7 @@ def evaluate(
     settings: GafferSettings,
 ) -> tuple[Health, datetime | None]:
     """The health of one schedule row, and when it should next be checked."""
-    facts = {
-        "schedule": row["name"],
-        "last_success_at": row["last_success_at"],
-        "last_success_nominal_at": row["last_success_nominal_at"],
-        "next_fire_at": row["next_fire_at"],
-        "consecutive_failures": int(row["consecutive_failures"] or 0),
-    }
+    facts = _facts(row)
     if row["error"]:
         return Health(state=State.ERROR, due_nominal_at=None, error=row["error"], **facts), None
     try:
@@ -177,14 +182,6 @@ def evaluate_safely(
     try:
         return evaluate(conn, models, row, now, settings)
     except Exception as exc:  # noqa: BLE001 - isolated to its schedule
-        failure = Health(
-            schedule=row["name"],
-            state=State.ERROR,
-            due_nominal_at=None,
-            last_success_at=row["last_success_at"],
-            last_success_nominal_at=row["last_success_nominal_at"],
-            next_fire_at=row["next_fire_at"],
-            consecutive_failures=int(row["consecutive_failures"] or 0),
-            error=f"health: {one_line(exc)}",
-        )
+        error = f"health: {one_line(exc)}"
+        failure = Health(state=State.ERROR, due_nominal_at=None, error=error, **_facts(row))
         return failure, None
