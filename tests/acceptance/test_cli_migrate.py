@@ -153,3 +153,37 @@ def test_a_malformed_url_never_shows_its_password(tmp_path: Path) -> None:
     assert "%40" in line
     for part in ("p@ss", "ss@word", "word@"):
         assert part not in line
+
+
+def test_status_shows_a_poisoned_schedule_with_its_reason_and_exits_1(
+    tmp_path: Path, empty_database: str
+) -> None:
+    assert _celery(tmp_path, empty_database, "migrate").returncode == 0
+    for name in ("healthy", "poisoned"):
+        added = _celery(tmp_path, empty_database, "add", name, "proj.nothing", "--every", "60")
+        assert added.returncode == 2  # the task is not registered with this app
+    engine = get_engine(parse_database_url(empty_database))
+    from celery import Celery
+
+    from celery_gaffer import ScheduleStore, every
+
+    app = Celery("seed", set_as_current=False)
+    app.conf.gaffer_database_url = empty_database
+    store = ScheduleStore(app, check_tasks=False)
+    store.add("healthy", "proj.nothing", every(3600))
+    store.add("poisoned", "proj.nothing", every(3600))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE gaffer_schedules SET catchup = 'bogus' WHERE name = 'poisoned'"))
+        conn.execute(
+            text("UPDATE gaffer_schedules SET error = :e WHERE name = 'poisoned'"),
+            {"e": "gaffer.catchup: 'bogus' is not one of latest, all, skip"},
+        )
+    app.close()
+    result = _celery(tmp_path, empty_database, "status")
+    assert result.returncode == 1, result.stderr
+    [line] = [row for row in result.stdout.splitlines() if row.startswith("poisoned")]
+    assert "error" in line
+    assert "gaffer.catchup: 'bogus' is not one of" in line
+    [healthy] = [row for row in result.stdout.splitlines() if row.startswith("healthy")]
+    assert " ok " in f"{healthy} "
+    assert "topsecret" not in result.stdout + result.stderr
