@@ -12,7 +12,7 @@ from typing import Any
 from celery import signals
 
 from .runs import recorder
-from .runtime import reset_after_fork
+from .runtime import runtime
 from .settings import settings_for
 
 logger = logging.getLogger("celery_gaffer")
@@ -48,5 +48,7 @@ def is_installed(app: Any) -> bool:
 
 
 def _reset_after_fork(**_: Any) -> None:
-    # A prefork child must not reuse its parent's pooled connections or threads.
-    reset_after_fork()
+    # A prefork child must not reuse its parent's pooled connections or threads: runtime()
+    # starts afresh in a new process. The solo pool sends this signal in the same
+    # process, where resetting would orphan the running renewer and engines.
+    runtime()
