@@ -48,6 +48,7 @@ from .fencing.leases import Lease
 from .fencing.sessions import fenced_sessions, run_info
 from .protocol import FireHeaders, KeyState, Overlap, RunState
 from .runs.delivery import Delivery, DeliveryPolicy
+from .runs.flower import announce, progress_fields
 from .runs.overlap import ends_quietly
 from .runs.recorder import records_end
 from .schedules.spec import OVERLAP_POLICIES, check_key_template, validate_key
@@ -88,6 +89,14 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     # -- Celery's entry point ---------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._deliver(*args, **kwargs)
+        delivery = Delivery.find(self.request)
+        if delivery is not None and delivery.outcome is not None and delivery.reason is not None:
+            # A delivery that did no work, over: its leases are freed; now tell Flower.
+            announce(self, delivery.outcome, delivery.reason, key=delivery.run_key)
+        return result
+
+    def _deliver(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         delivery = Delivery.of(request)
         database = self._database()
@@ -114,7 +123,9 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                     with database.autocommit() as conn:
                         run.key_state = key_state(conn, database.models, run.key)
                 if run.key_state == KeyState.COMPLETED:
-                    return self._end_without_work(run, RunState.DUPLICATE)
+                    return self._end_without_work(
+                        run, RunState.DUPLICATE, f"key {run.key} was completed by an earlier run"
+                    )
             overlap = self.gaffer_overlap_lease()
             if overlap is not None and not any(lease.name == overlap[0] for lease in run.leases):
                 name, policy = overlap
@@ -124,16 +135,27 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                         raise LeaseHeld(f"lease {name!r} is held by another live holder")
                     self._take(run, name, steal=policy == Overlap.REPLACE, wait=wait)
                 except LeaseHeld:
-                    return self._end_without_work(run, RunState.SKIPPED)
+                    return self._end_without_work(
+                        run,
+                        RunState.SKIPPED,
+                        f"overlap={policy}: lease {name} is held by another live run",
+                    )
             result = super().__call__(*args, **kwargs)
             if run.key is not None and run.key_state is None:
                 self._complete_key_after_the_body(run)
             return result
         except AlreadyProcessed:
-            return self._end_without_work(run, RunState.DUPLICATE)
+            return self._end_without_work(
+                run,
+                RunState.DUPLICATE,
+                f"key {run.key} was completed by another run while this one ran;"
+                " its writes were rolled back",
+            )
         except FenceLost as exc:
             if request.called_directly or request.is_eager or not run.lost_to_a_crash():
                 self._set_outcome(run, RunState.FENCE_LOST)
+                if run.key is not None and len(exc.args) == 1:
+                    exc.args = (f"{exc.args[0]} (key {run.key})",)  # for Flower and the record
                 raise
             # The server crashed and lost the acquisition: nobody else has the work.
             raise self._retry_transient(exc) from exc
@@ -229,9 +251,11 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             run.release(lease)
 
     def progress(self, **fields: Any) -> None:
-        """Send a ``task-progress`` event (Flower shows the run as ``PROGRESS``)."""
+        """Send a ``task-progress`` event: Flower shows the run as ``PROGRESS``, with the
+        fields as its result (``processed 300, cursor 300, batches 3``) unless ``result``
+        is one of them."""
         try:
-            self.send_event("task-progress", **fields)
+            self.send_event("task-progress", **progress_fields(fields))
         except Exception as exc:  # noqa: BLE001 - progress never breaks the run
             logger.warning(
                 "could not send task-progress: %s",
@@ -408,14 +432,17 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         run.outcome = outcome
         Delivery.of(self.request).outcome = outcome
 
-    def _end_without_work(self, run: RunContext, outcome: RunState) -> None:
+    def _end_without_work(self, run: RunContext, outcome: RunState, reason: str) -> None:
+        """End a delivery that did no work (``duplicate``, ``skipped``), with why: for the
+        run record, the worker log and, once the delivery is over, Flower."""
         self._set_outcome(run, outcome)
+        Delivery.of(self.request).reason = reason
         logger.info(
-            "%s[%s] ended %s (key %s)",
+            "%s[%s] ended %s: %s",
             self.name,
             run.task_id,
             outcome,
-            run.key,
+            reason,
             extra={"action": f"run_{outcome}", "task_id": run.task_id, "key": run.key},
         )
         return None

@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL, make_url
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import dispose_engines, get_engine, migrate, models_for
 
-from .services import POSTGRES_URL, REDIS_URL, service_missing
+from .services import AMQP_URL, POSTGRES_URL, REDIS_URL, service_missing
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -119,3 +119,17 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    """RabbitMQ's URL (fails under CI when RabbitMQ does not answer); tests use queues of
+    their own, since RabbitMQ keeps queues between runs."""
+    from kombu import Connection
+
+    try:
+        with Connection(AMQP_URL, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        service_missing("RabbitMQ", AMQP_URL, exc)
+    return AMQP_URL

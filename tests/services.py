@@ -1,6 +1,6 @@
 """Where the test services live, and what a missing one does to a test.
 
-Under ``CI=true`` a test that needs PostgreSQL or Redis fails when the service does not
+Under ``CI=true`` a test that needs PostgreSQL, Redis or RabbitMQ fails when the service does not
 answer, with a message naming it; elsewhere it is skipped with one line saying why.
 """
 
@@ -20,6 +20,7 @@ POSTGRES_URL = os.environ.get(
     "GAFFER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("GAFFER_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+AMQP_URL = os.environ.get("GAFFER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
 
 def service_missing(service: str, url: str, error: BaseException) -> NoReturn:

@@ -96,7 +96,7 @@ def plan_row(
     missed_runs = []
     for nominal in decision.missed:
         fires.append(NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.MISSED, now, 0))
-        missed_runs.append(missed_run(row.name, row.task, nominal, now))
+        missed_runs.append(missed_run(row.name, row.task, nominal, now, row.starting_deadline))
     change = {
         "b_id": row.id,
         "watermark_at": decision.watermark,
@@ -106,9 +106,15 @@ def plan_row(
     return RowPlan(fires, missed_runs, change)
 
 
-def missed_run(schedule: str, task: str, nominal: datetime, now: datetime) -> dict[str, Any]:
-    """The ``gaffer_job_runs`` row of a fire recorded as missed (never sent)."""
+def missed_run(
+    schedule: str, task: str, nominal: datetime, now: datetime, deadline: float | None = None
+) -> dict[str, Any]:
+    """The ``gaffer_job_runs`` row of a fire recorded as missed (never sent), with why."""
     key = fire_key(schedule, nominal)
+    late = (now - nominal).total_seconds()
+    reason = f"never sent: Beat reached it {late:.0f}s late"
+    if deadline is not None:
+        reason += f", past its starting deadline of {deadline:g}s"
     return {
         "task_id": fire_task_id(key),
         "task_name": task,
@@ -117,6 +123,7 @@ def missed_run(schedule: str, task: str, nominal: datetime, now: datetime) -> di
         "key": key,
         "attempt": 0,
         "state": RunState.MISSED,
+        "error_message": reason,
         "finished_at": now,
         "updated_at": now,
     }

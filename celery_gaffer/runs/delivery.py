@@ -46,6 +46,8 @@ class Delivery:
     release_at_end: list[Lease] = field(default_factory=list)
     #: A Gaffer outcome that overrides Celery's state (``duplicate``, ``skipped``...).
     outcome: str | None = None
+    #: Why a run ended without doing its work (``duplicate``, ``skipped``): for its record.
+    reason: str | None = None
     #: The key and last fence the run used, for its end record.
     run_key: str | None = None
     run_fence: int | None = None

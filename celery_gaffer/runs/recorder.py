@@ -224,6 +224,8 @@ class Recorder:
         if error is not None and outcome in _WITH_ERROR:
             values["error_type"] = type(error).__name__[:255]
             values["error_message"] = str(error)[:ERROR_LENGTH]
+        elif delivery.reason is not None:
+            values["error_message"] = delivery.reason[:ERROR_LENGTH]
         headers = delivery.headers
         database = self.database
         # Leases the run left held: the statement that records its end frees them.
