@@ -147,12 +147,20 @@ def test_starting_deadline_records_missed_fires(
     runs = database.models.JobRun
     with database.read() as conn:
         missed = conn.execute(
-            select(runs.state, runs.key, runs.task_id, runs.nominal_at).order_by(runs.nominal_at)
+            select(
+                runs.state, runs.key, runs.task_id, runs.nominal_at, runs.error_message
+            ).order_by(runs.nominal_at)
         ).all()
     first = datetime(2026, 6, 1, 12, 1, tzinfo=timezone.utc)
     assert [tuple(row) for row in missed] == [
-        ("missed", fire_key("s", nominal), fire_task_id(fire_key("s", nominal)), nominal)
-        for nominal in (first, first + timedelta(minutes=1))
+        (
+            "missed",
+            fire_key("s", nominal),
+            fire_task_id(fire_key("s", nominal)),
+            nominal,
+            f"never sent: Beat reached it {late}s late, past its starting deadline of 150s",
+        )
+        for nominal, late in ((first, 250), (first + timedelta(minutes=1), 190))
     ]
 
 
