@@ -11,7 +11,7 @@ Connect a receiver to page someone:
         ...
 
 Each is sent once per change of a schedule's state, with ``health`` (a
-:class:`celery_gaffer.health.Health`) and ``previous`` (the state word before).
+:class:`celery_gaffer.beat.health.Health`) and ``previous`` (the state word before).
 """
 
 from __future__ import annotations
