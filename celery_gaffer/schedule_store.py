@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
@@ -20,14 +20,16 @@ from .beat import triggers
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
 from .protocol import Catchup, Health, Overlap
+from .schedules.changes import ScheduleChanges, new_timing
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
 from .store.schedule_rows import StoredSchedule, columns, differs, policy_dict, stored
 
-logger = logging.getLogger("celery_gaffer.schedules")
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-_EDITABLE = ("task", "schedule", "args", "kwargs", "options", "gaffer")
+logger = logging.getLogger("celery_gaffer.schedules")
 
 
 class ScheduleStore:
@@ -123,13 +125,25 @@ class ScheduleStore:
             added += len(new_rows)
         return added
 
-    def update(self, name: str, **changes: Any) -> StoredSchedule:
-        """Change some of ``task``, ``schedule``, ``args``, ``kwargs``, ``options``, ``gaffer``.
+    def update(self, name: str, **changes: Unpack[ScheduleChanges]) -> StoredSchedule:
+        """Change only the given fields of ``name`` (see :class:`ScheduleChanges`).
 
-        ``gaffer`` options are merged into the current ones. The watermark is kept: fires
-        already decided are not sent again.
+        Everything is validated, with ``add``'s rules, before one transaction writes the
+        row. A paused schedule stays paused; an error is cleared (the row passed the
+        checks). When the timing changes (``schedule``, ``cron``, ``every``, ``tz`` or
+        ``jitter``), the schedule starts again from now, as on ``resume``: its next fire
+        is its first nominal time after the edit, so a fire of the new timing that fell
+        before the edit is not sent; fires already decided are never sent again. Running
+        Beats use the edit on their next tick.
+
+        A schedule of source ``config`` can be changed too (to fix one in error at once,
+        say), but Beat's next start puts back what ``app.conf.beat_schedule`` says: change
+        it there to keep the change.
+
+        Raises :class:`ScheduleNotFound`, and a :class:`GafferError` naming the field for
+        bad input; nothing is written then.
         """
-        unknown = sorted(set(changes) - set(_EDITABLE))
+        unknown = sorted(set(changes) - set(ScheduleChanges.__annotations__))
         if unknown:
             raise InvalidInput(f"{unknown[0]}: not an editable field", field=unknown[0])
         now = self._clock()
@@ -137,16 +151,20 @@ class ScheduleStore:
             current = self._require(conn, name, lock=True)
             policy = policy_dict(current.policy)
             policy.update(changes.get("gaffer") or {})
+            timing = new_timing(name, current.schedule, changes)
             spec = self._validate(
                 name=name,
                 task=changes.get("task", current.task),
-                schedule=changes.get("schedule", current.schedule),
+                schedule=current.schedule if timing is None else timing,
                 args=changes.get("args", current.args),
                 kwargs=changes.get("kwargs", current.kwargs),
                 options=changes.get("options", current.options),
                 gaffer=policy,
             )
-            rows.update_schedule(conn, self._models, name, columns(spec, current.watermark_at, now))
+            watermark = current.watermark_at
+            if timing is not None:
+                watermark = max(watermark, now)
+            rows.update_schedule(conn, self._models, name, columns(spec, watermark, now))
             return self._get(conn, name)
 
     def pause(self, name: str) -> StoredSchedule:

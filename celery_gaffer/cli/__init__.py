@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import observe, schedules  # noqa: F401 - each module adds its commands to the group
+# Each module adds its commands to the group.
+from . import explain, observe, schedules, update  # noqa: F401
 from .base import gaffer
 
 __all__ = ["gaffer"]

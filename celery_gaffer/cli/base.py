@@ -6,8 +6,8 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, NoReturn, TypeVar
 
 import click
 from sqlalchemy.exc import SQLAlchemyError
@@ -18,6 +18,7 @@ from ..schedules.kinds import Cron, Every
 from ..store import Database, database_for
 from ..store.database import driver_reason
 from ..store.schedule_rows import StoredSchedule
+from .times import when as when  # re-exported: the commands' one way to show an instant
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,8 +39,10 @@ def gaffer_errors(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except (click.exceptions.Exit, click.Abort):
             raise
+        except click.ClickException as exc:
+            fail(_click_message(exc))
         except GafferError as exc:
             fail(str(exc))
         except SQLAlchemyError as exc:
@@ -50,7 +53,7 @@ def gaffer_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     first = " ".join(message.split())  # one line, whatever the message held
     click.echo(f"error: {first}", err=True)
     sys.exit(2)
@@ -78,16 +81,13 @@ def json_option(value: str | None, name: str) -> Any:
         raise click.BadParameter(f"not valid JSON ({exc})", param_hint=name) from exc
 
 
-def when(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
 def describe(schedule: Cron | Every | None) -> str:
     if schedule is None:
         return "?"
+    jitter = f", jitter {schedule.jitter:g}s" if schedule.jitter else ""
     if isinstance(schedule, Cron):
-        return f"cron {schedule.expr!r} {schedule.tz}"
-    return f"every {schedule.interval:g}s"
+        return f"cron {schedule.expr!r} {schedule.tz}{jitter}"
+    return f"every {schedule.interval:g}s{jitter}"
 
 
 def state_of(stored: StoredSchedule) -> str:
@@ -113,17 +113,49 @@ def schedule_json(stored: StoredSchedule) -> dict[str, Any]:
     }
 
 
-@click.group(name="gaffer")
+def _click_message(exc: click.ClickException) -> str:
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        return f"{exc.format_message()} (see `{exc.ctx.command_path} --help`)"
+    return exc.format_message()
+
+
+class OneLineCommand(click.Command):
+    """A command whose usage errors (a missing argument, a value of the wrong type) are
+    one line on stderr and exit 2, like every other failure."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            fail(_click_message(exc))
+
+
+class OneLineGroup(click.Group):
+    """The ``gaffer`` group: its commands are :class:`OneLineCommand` and an unknown
+    command name is one line too."""
+
+    command_class = OneLineCommand
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            fail(_click_message(exc))
+
+
+@click.group(name="gaffer", cls=OneLineGroup)
 def gaffer() -> None:
     """celery-gaffer: schedules, runs and the Gaffer database."""
 
 
 def table(header: tuple[str, ...], rows: list[tuple[Any, ...]], *, last_wide: bool = False) -> None:
-    """Columns of at most 40 characters (the last one whole when ``last_wide``)."""
+    """Columns of at most 50 characters (the last one whole when ``last_wide``)."""
     table = [header, *rows]
-    widths = [min(40, max(len(str(row[i])) for row in table)) for i in range(len(header))]
+    widths = [min(50, max(len(str(row[i])) for row in table)) for i in range(len(header))]
     for row in table:
-        cells = [str(cell)[:40].ljust(width) for cell, width in zip(row, widths, strict=True)]
+        cells = [str(cell)[:50].ljust(width) for cell, width in zip(row, widths, strict=True)]
         if last_wide:
             cells[-1] = str(row[-1])
         click.echo("  ".join(cells).rstrip())

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, tzinfo
+from typing import Any
 
 import click
+from sqlalchemy import Connection
 
+from ..beat.health import Health as HealthReport
 from ..beat.health import all_health
 from ..clock import utcnow
+from ..exceptions import GafferError
 from ..protocol import Health
+from ..schedules.cron_engine import load_zone
+from ..schedules.kinds import Cron, schedule_from_dict
 from ..store import database_for
 from ..store import runs as run_rows
+from ..store import schedules as schedule_rows
+from ..store.models import Models
 from ..store.retention import cleanup
-from .base import app_of, gaffer, gaffer_errors, iso, ready, table, when
+from ..store.schedule_rows import decode_json
+from .base import app_of, gaffer, gaffer_errors, iso, ready, table
+from .times import utc_option, when, zone_of
 
 
 @gaffer.command()
@@ -40,17 +50,21 @@ def migrate(ctx: click.Context, target: str) -> None:
 
 @gaffer.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@utc_option
 @click.pass_context
 @gaffer_errors
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, in_utc: bool) -> None:
     """One line per schedule with its state: ok, late, failing, paused or error.
 
     Exits 1 when any schedule is late, failing or in error (use it as a probe or a cron
-    check); the last column says why.
+    check); the last column says why: the nominal fire that has not succeeded, the
+    failed runs, or the error. Times of a cron schedule in a zone other than UTC are
+    shown in that zone next to UTC (--utc: in UTC only).
     """
     database = ready(ctx)
     with database.read() as conn:
         healths = all_health(conn, database.models, utcnow(), database.settings)
+        zones = {} if as_json or in_utc else schedule_zones(conn, database.models)
     if as_json:
         for h in healths:
             click.echo(
@@ -74,10 +88,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
                 (
                     h.schedule,
                     h.state,
-                    when(h.last_success_at),
-                    when(h.next_fire_at),
+                    when(h.last_success_at, zones.get(h.schedule)),
+                    when(h.next_fire_at, zones.get(h.schedule)),
                     h.consecutive_failures,
-                    h.reason,
+                    reason(h, zones.get(h.schedule)),
                 )
                 for h in healths
             ],
@@ -88,44 +102,103 @@ def status(ctx: click.Context, as_json: bool) -> None:
         sys.exit(1)
 
 
+def reason(health: HealthReport, zone: tzinfo | None) -> str:
+    """Why a schedule is in its state, with the late fire in the schedule's zone."""
+    if health.state == Health.LATE and health.due_nominal_at is not None:
+        return f"the fire of {when(health.due_nominal_at, zone)} has not succeeded"
+    return " ".join(health.reason.split())
+
+
+def schedule_zones(conn: Connection, models: Models) -> dict[str, tzinfo | None]:
+    """The zone each schedule's times are shown in, by name."""
+    return {s.name: zone_of(s.schedule) for s in schedule_rows.list_schedules(conn, models)}
+
+
 @gaffer.command()
 @click.option("--schedule", "schedule_name", default=None, help="Only this schedule's runs.")
 @click.option("--scheduled", is_flag=True, help="Only runs of schedules (not ad-hoc tasks).")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--wide", is_flag=True, help="Also TASK ID, FENCE, WORKER, times and ATTEMPT.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line, every column.")
+@utc_option
 @click.pass_context
 @gaffer_errors
 def runs(
-    ctx: click.Context, schedule_name: str | None, scheduled: bool, limit: int, as_json: bool
+    ctx: click.Context,
+    schedule_name: str | None,
+    scheduled: bool,
+    limit: int,
+    wide: bool,
+    as_json: bool,
+    in_utc: bool,
 ) -> None:
-    """The latest runs, newest first: schedule, nominal time, state, items, duration."""
+    """The latest runs, newest first: schedule, nominal time, task, state, items,
+    duration, idempotency key and reason (the error, or why the run was skipped,
+    duplicate, fence_lost, missed or lost).
+
+    Times of a cron schedule in a zone other than UTC are shown in that zone next to UTC
+    (--utc: in UTC only); ad-hoc runs and runs of removed schedules in UTC.
+    """
     database = ready(ctx)
     with database.read() as conn:
         rows = run_rows.latest_runs(
             conn, database.models, limit=limit, schedule=schedule_name, scheduled_only=scheduled
         )
+    for row in rows:
+        definition = row.pop("schedule_definition")
+        row["zone"] = _zone_name(definition)
+        row["reason"] = run_reason(row)
     if as_json:
         for row in rows:
             click.echo(
                 json.dumps({k: iso(v) if isinstance(v, datetime) else v for k, v in row.items()})
             )
         return
-    table(
-        ("SCHEDULE", "NOMINAL", "TASK", "STATE", "ITEMS", "DURATION", "ERROR"),
-        [
-            (
-                row["schedule"] or "-",
-                when(row["nominal_at"]),
-                row["task_name"],
-                row["state"],
-                "-" if row["items"] is None else row["items"],
-                "-" if row["duration"] is None else f"{row['duration']:.2f}s",
-                (row["error_type"] or "")
-                + (f": {row['error_message']}" if row["error_message"] else ""),
+    header: tuple[str, ...] = ("SCHEDULE", "NOMINAL", "TASK", "STATE", "ITEMS", "DURATION", "KEY")
+    if wide:
+        header += ("TASK ID", "FENCE", "WORKER", "STARTED", "FINISHED", "ATTEMPT")
+    cells = []
+    for row in rows:
+        zone = None if in_utc or row["zone"] == "UTC" else load_zone(row["zone"])
+        cell: tuple[Any, ...] = (
+            row["schedule"] or "-",
+            when(row["nominal_at"], zone),
+            row["task_name"],
+            row["state"],
+            "-" if row["items"] is None else row["items"],
+            "-" if row["duration"] is None else f"{row['duration']:.2f}s",
+            row["key"] or "-",
+        )
+        if wide:
+            cell += (
+                row["task_id"],
+                "-" if row["fence"] is None else row["fence"],
+                row["worker"] or "-",
+                when(row["started_at"], zone),
+                when(row["finished_at"], zone),
+                row["attempt"],
             )
-            for row in rows
-        ],
-    )
+        cells.append((*cell, row["reason"]))
+    table((*header, "REASON"), cells, last_wide=True)
+
+
+def run_reason(row: dict[str, Any]) -> str:
+    """``error_type: error_message``, or the message alone (why a run was skipped,
+    duplicate, fence_lost, missed or lost), on one line; "" when there is neither."""
+    message = " ".join((row["error_message"] or "").split())
+    if row["error_type"]:
+        return f"{row['error_type']}: {message}" if message else str(row["error_type"])
+    return message
+
+
+def _zone_name(definition: str | None) -> str:
+    """The IANA zone a run's times are shown in: its schedule's, or UTC."""
+    try:
+        schedule = schedule_from_dict(decode_json(definition)) if definition else None
+    except (GafferError, ValueError, TypeError):
+        return "UTC"
+    zone = zone_of(schedule)
+    return "UTC" if zone is None or not isinstance(schedule, Cron) else schedule.tz
 
 
 @gaffer.command(name="cleanup")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from typing import Any
 
 import click
 
+from ..exceptions import ScheduleExists
 from ..schedules.kinds import cron, every
 from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from .base import (
     describe,
+    fail,
     gaffer,
     gaffer_errors,
     json_option,
@@ -19,17 +20,22 @@ from .base import (
     state_of,
     store_of,
     table,
-    when,
 )
+from .times import instant_option, utc_option, when, zone_of
 
 
 @gaffer.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many.")
+@utc_option
 @click.pass_context
 @gaffer_errors
-def schedules(ctx: click.Context, as_json: bool, limit: int | None) -> None:
-    """List schedules: name, task, when, next fire, state and source."""
+def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool) -> None:
+    """List schedules: name, task, when, next fire, state and source.
+
+    NEXT FIRE is shown in the schedule's zone next to UTC for a cron schedule in a zone
+    other than UTC (--utc: in UTC only).
+    """
     rows = store_of(ctx, check_tasks=False).list(limit=limit)
     if as_json:
         for stored in rows:
@@ -38,7 +44,14 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None) -> None:
     table(
         ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE"),
         [
-            (s.name, s.task, describe(s.schedule), when(s.next_fire_at), state_of(s), s.source)
+            (
+                s.name,
+                s.task,
+                describe(s.schedule),
+                when(s.next_fire_at, None if in_utc else zone_of(s.schedule)),
+                state_of(s),
+                s.source,
+            )
             for s in rows
         ],
     )
@@ -102,19 +115,24 @@ def add(
     ):
         if value is not None:
             policy[key] = value
-    stored = store_of(ctx).add(
-        name,
-        task,
-        schedule,
-        args=json_option(args_json, "--args") or (),
-        kwargs=json_option(kwargs_json, "--kwargs"),
-        options=json_option(options_json, "--options"),
-        gaffer=policy,
-        replace=replace,
-    )
-    click.echo(
-        f"added {stored.name}: {describe(stored.schedule)}, next fire {when(stored.next_fire_at)}"
-    )
+    try:
+        stored = store_of(ctx).add(
+            name,
+            task,
+            schedule,
+            args=json_option(args_json, "--args") or (),
+            kwargs=json_option(kwargs_json, "--kwargs"),
+            options=json_option(options_json, "--options"),
+            gaffer=policy,
+            replace=replace,
+        )
+    except ScheduleExists:
+        fail(
+            f"schedule {name!r} already exists: pass --replace to overwrite it, "
+            f"or change some of its fields with `gaffer update {name} ...`"
+        )
+    next_fire = when(stored.next_fire_at, zone_of(stored.schedule))
+    click.echo(f"added {stored.name}: {describe(stored.schedule)}, next fire {next_fire}")
 
 
 @gaffer.command()
@@ -134,7 +152,7 @@ def pause(ctx: click.Context, name: str) -> None:
 def resume(ctx: click.Context, name: str) -> None:
     """Resume schedule NAME from its next nominal time."""
     stored = store_of(ctx).resume(name)
-    click.echo(f"resumed {name}, next fire {when(stored.next_fire_at)}")
+    click.echo(f"resumed {name}, next fire {when(stored.next_fire_at, zone_of(stored.schedule))}")
 
 
 @gaffer.command()
@@ -157,16 +175,34 @@ def trigger(ctx: click.Context, name: str) -> None:
     click.echo(f"sent {key}")
 
 
+_TIME_HELP = (
+    "ISO 8601: 2026-11-30, 2026-11-30 21:30, 2026-11-30T21:30:00, with Z or +01:00 or without (UTC)"
+)
+
+
 @gaffer.command()
 @click.argument("name")
-@click.option("--from", "start", required=True, type=click.DateTime(), help="UTC, exclusive.")
-@click.option("--to", "end", required=True, type=click.DateTime(), help="UTC, inclusive.")
+@click.option("--from", "start", required=True, metavar="TIME", help=f"Exclusive. {_TIME_HELP}.")
+@click.option("--to", "end", required=True, metavar="TIME", help="Inclusive; not in the future.")
 @click.option("--limit", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.pass_context
 @gaffer_errors
-def backfill(ctx: click.Context, name: str, start: datetime, end: datetime, limit: int) -> None:
-    """Send the fires of NAME between --from and --to (UTC) that were never sent."""
-    report = store_of(ctx, check_tasks=False).backfill(
-        name, start.replace(tzinfo=timezone.utc), end.replace(tzinfo=timezone.utc), limit=limit
+def backfill(ctx: click.Context, name: str, start: str, end: str, limit: int) -> None:
+    """Send the fires F of NAME with FROM < F <= TO that were never sent.
+
+    FROM is exclusive and TO inclusive: --from 2026-11-30 --to 2026-12-01 sends a daily
+    00:00 UTC fire of 2026-12-01, not the one of 2026-11-30. A time without an offset is
+    UTC. Fires already in the ledger (sent by Beat, a trigger or an earlier backfill) are
+    not sent again; more than --limit fires in the range is refused.
+    """
+    after = instant_option(start, "--from")
+    until = instant_option(end, "--to")
+    if until <= after:
+        raise click.BadParameter(
+            f"must be later than --from ({when(after)}), got {when(until)}", param_hint="--to"
+        )
+    report = store_of(ctx, check_tasks=False).backfill(name, after, until, limit=limit)
+    click.echo(
+        f"sent {report.sent} fires of {name} in ({when(after)}, {when(until)}]; "
+        f"{report.already} were already in the ledger"
     )
-    click.echo(f"sent {report.sent} fires of {name}; {report.already} were already in the ledger")

@@ -10,7 +10,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Text,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    type_coerce,
+    update,
+)
 
 from ..protocol import RunState
 from .dbclock import db_now
@@ -204,9 +214,17 @@ def latest_runs(
     scheduled_only: bool = False,
 ) -> list[dict[str, Any]]:
     """The latest run rows, newest first (``schedule``: only its runs; ``scheduled_only``:
-    only runs of schedules)."""
+    only runs of schedules), each with ``schedule_definition``: its schedule's stored
+    definition as JSON text (None for an ad-hoc run or a schedule since removed)."""
     table = table_of(models.JobRun)
-    query = select(table).order_by(table.c.id.desc()).limit(limit)
+    schedules = table_of(models.Schedule)
+    definition = type_coerce(schedules.c.schedule, Text).label("schedule_definition")
+    query = (
+        select(table, definition)
+        .select_from(table.outerjoin(schedules, schedules.c.name == table.c.schedule))
+        .order_by(table.c.id.desc())
+        .limit(limit)
+    )
     if schedule is not None:
         query = query.where(table.c.schedule == schedule)
     elif scheduled_only:

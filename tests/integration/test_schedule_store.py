@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -163,3 +163,78 @@ def test_update_pause_resume_remove(store: ScheduleStore, clock: FrozenClock) ->
         store.get("u")
     with pytest.raises(ScheduleNotFound):
         store.remove("u")
+
+
+def test_update_of_the_zone_keeps_the_expression_and_starts_from_now(
+    store: ScheduleStore, clock: FrozenClock
+) -> None:
+    store.add("nightly", "t.noop", cron("30 2 * * *", jitter=30), args=[1])
+    # 2026-06-02 01:30Z passed while the schedule still fired at 02:30Z.
+    clock.advance(13.75 * 3600)  # 2026-06-02 01:45Z
+    updated = store.update("nightly", tz="Europe/London")
+    assert updated.schedule == cron("30 2 * * *", "Europe/London", jitter=30)
+    assert updated.args == [1]
+    # 02:30 BST today (01:30Z) fell before the edit: the next fire is tomorrow's.
+    assert updated.next_fire_at == datetime(2026, 6, 3, 1, 30, tzinfo=timezone.utc)
+    assert updated.watermark_at == clock.now
+
+
+def test_update_of_other_fields_keeps_the_next_fire(
+    store: ScheduleStore, clock: FrozenClock
+) -> None:
+    added = store.add("nightly", "t.noop", cron("30 2 * * *"))
+    clock.advance(3600)
+    updated = store.update("nightly", kwargs={"a": 1}, gaffer={"grace": 60})
+    assert (updated.next_fire_at, updated.watermark_at) == (added.next_fire_at, added.watermark_at)
+
+
+def test_update_builds_the_new_timing_from_the_current_one(store: ScheduleStore) -> None:
+    store.add("s", "t.noop", every(60, jitter=5))
+    assert store.update("s", cron="0 3 * * *").schedule == cron("0 3 * * *", jitter=5)
+    assert store.update("s", tz="Asia/Tokyo").schedule == cron("0 3 * * *", "Asia/Tokyo", jitter=5)
+    assert store.update("s", cron="0 4 * * *").schedule == cron("0 4 * * *", "Asia/Tokyo", jitter=5)
+    assert store.update("s", jitter=0).schedule == cron("0 4 * * *", "Asia/Tokyo")
+    assert store.update("s", every=120).schedule == every(120)
+    assert store.update("s", schedule=cron("0 5 * * *"), tz="Europe/Paris").schedule == cron(
+        "0 5 * * *", "Europe/Paris"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"cron": "0 3 * * *", "every": 60}, "every"),
+        ({"schedule": every(60), "cron": "0 3 * * *"}, "cron"),
+        ({"every": 60, "tz": "UTC"}, "tz"),
+        ({"tz": "Mars/Olympus"}, "tz"),
+        ({"jitter": 90000}, "jitter"),
+        ({"tz": "UTC", "gaffer": {"overlap": "sometimes"}}, "gaffer.overlap"),
+        ({"tz": "UTC", "task": "t.unknown"}, "task"),
+    ],
+)
+def test_a_bad_update_names_the_field_and_writes_nothing(
+    store: ScheduleStore, changes: dict[str, Any], field: str
+) -> None:
+    before = store.add("s", "t.noop", cron("30 2 * * *"))
+    with pytest.raises(GafferError) as info:
+        store.update("s", **changes)
+    assert field in str(info.value)
+    assert store.get("s") == before
+
+
+def test_update_of_an_every_schedule_refuses_a_zone(store: ScheduleStore) -> None:
+    store.add("s", "t.noop", every(60))
+    with pytest.raises(InvalidInput, match="schedule 's' is an every schedule"):
+        store.update("s", tz="Europe/London")
+    assert store.get("s").schedule == every(60)
+
+
+def test_update_changes_a_config_schedule_until_beat_syncs_the_config_again(
+    app: Celery, clock: FrozenClock
+) -> None:
+    config = {"from-config": {"task": "t.noop", "schedule": every(60)}}
+    ScheduleStore(app, clock=clock, source="config").sync_config(config)
+    ScheduleStore(app, clock=clock).update("from-config", every=30)
+    assert ScheduleStore(app).get("from-config").schedule == every(30)
+    ScheduleStore(app, clock=clock, source="config").sync_config(config)  # Beat starts
+    assert ScheduleStore(app).get("from-config").schedule == every(60)

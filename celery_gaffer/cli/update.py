@@ -1,0 +1,148 @@
+"""``gaffer update NAME``: change some fields of a schedule and show what fires next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
+from ..store.schedule_rows import StoredSchedule
+from .base import describe, fail, gaffer, gaffer_errors, json_option, store_of
+from .times import when, zone_of
+
+#: How many of the next fires ``update`` shows.
+NEXT_FIRES = 3
+_OPTIONS = "--cron, --every, --tz, --jitter, --task, --args, --kwargs, --options, --catchup, "
+_OPTIONS += "--overlap, --starting-deadline or --grace"
+
+
+@gaffer.command()
+@click.argument("name")
+@click.option(
+    "--cron", "cron_expr", help="New cron expression; keeps the zone (UTC if it was --every)."
+)
+@click.option("--every", "every_seconds", type=float, help="New interval in whole seconds.")
+@click.option("--tz", help="New IANA zone of the cron expression (cron schedules only).")
+@click.option("--jitter", type=float, help="Delay each fire by up to this many s.")
+@click.option("--task", help="New task name.")
+@click.option("--args", "args_json", help="Positional arguments as a JSON list.")
+@click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
+@click.option("--options", "options_json", help="Celery send options as a JSON object.")
+@click.option("--catchup", type=click.Choice(CATCHUP_POLICIES), default=None)
+@click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None)
+@click.option(
+    "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
+)
+@click.option("--grace", type=float, default=None, help="Seconds before a fire counts as late.")
+@click.pass_context
+@gaffer_errors
+def update(
+    ctx: click.Context,
+    name: str,
+    cron_expr: str | None,
+    every_seconds: float | None,
+    tz: str | None,
+    jitter: float | None,
+    task: str | None,
+    args_json: str | None,
+    kwargs_json: str | None,
+    options_json: str | None,
+    catchup: str | None,
+    overlap: str | None,
+    starting_deadline: float | None,
+    grace: float | None,
+) -> None:
+    """Change only the given fields of schedule NAME and show its next fires.
+
+    Everything is checked before anything is written. A paused schedule stays paused.
+    A new timing (--cron, --every, --tz, --jitter) starts from now: its first fire is the
+    first after the edit. Running Beats use the edit on their next tick. Schedules from
+    app.conf.beat_schedule are changed there, not here.
+    """
+    changes: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("cron", cron_expr),
+            ("every", every_seconds),
+            ("tz", tz),
+            ("jitter", jitter),
+            ("task", task),
+            ("args", json_option(args_json, "--args")),
+            ("kwargs", json_option(kwargs_json, "--kwargs")),
+            ("options", json_option(options_json, "--options")),
+        )
+        if value is not None
+    }
+    policy = {
+        key: value
+        for key, value in (
+            ("catchup", catchup),
+            ("overlap", overlap),
+            ("starting_deadline", starting_deadline),
+            ("grace", grace),
+        )
+        if value is not None
+    }
+    if policy:
+        changes["gaffer"] = policy
+    if not changes:
+        fail(f"nothing to change: give at least one of {_OPTIONS}")
+    if cron_expr is not None and every_seconds is not None:
+        fail("give only one of --cron EXPR or --every SECONDS")
+    store = store_of(ctx)
+    before = store.get(name)
+    after = store.update(name, **changes)
+    differences = changed(before, after)
+    if differences:
+        click.echo(f"updated {name}:")
+        for field, old, new in differences:
+            click.echo(f"  {field}: {old} -> {new}")
+    else:
+        click.echo(f"{name} unchanged: it already had those values")
+    for line in next_fires(after):
+        click.echo(line)
+    if after.source == "config":
+        click.echo(
+            f"note: {name} comes from app.conf.beat_schedule: Beat's next start puts back"
+            " the configured values; change it there to keep this"
+        )
+
+
+def changed(before: StoredSchedule, after: StoredSchedule) -> list[tuple[str, str, str]]:
+    """``(field, old, new)`` of each field that differs, as the user would write it."""
+    pairs = [
+        ("schedule", describe(before.schedule), describe(after.schedule)),
+        ("task", before.task, after.task),
+        ("args", repr(before.args), repr(after.args)),
+        ("kwargs", repr(before.kwargs), repr(after.kwargs)),
+        ("options", repr(before.options), repr(after.options)),
+    ]
+    for field in ("catchup", "overlap", "starting_deadline", "grace"):
+        pairs.append(
+            (field, _policy_text(before, field), _policy_text(after, field)),
+        )
+    return [(field, old, new) for field, old, new in pairs if old != new]
+
+
+def _policy_text(stored: StoredSchedule, field: str) -> str:
+    value = getattr(stored.policy, field)
+    if value is None:
+        return "default"
+    return f"{value:g}s" if isinstance(value, float) else str(value)
+
+
+def next_fires(stored: StoredSchedule) -> list[str]:
+    """The lines saying when ``stored`` fires next (or why it does not)."""
+    if not stored.enabled:
+        return [f"paused: it fires again after `gaffer resume {stored.name}`"]
+    if stored.schedule is None or stored.next_fire_at is None:
+        return ["no fire to come"]
+    zone = zone_of(stored.schedule)
+    fires = [stored.next_fire_at]
+    while len(fires) < NEXT_FIRES:
+        following = stored.schedule.next_after(fires[-1])
+        if following is None:
+            break
+        fires.append(following)
+    return [f"next {len(fires)} fires:", *(f"  {when(fire, zone)}" for fire in fires)]

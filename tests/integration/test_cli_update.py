@@ -1,0 +1,176 @@
+"""`gaffer update` through the real click group, a real app and real databases; Beat's
+tick (real Redis broker) uses the edit without a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from celery import Celery
+from click.testing import CliRunner, Result
+
+from celery_gaffer import Scheduler, ScheduleStore, cron, every
+from celery_gaffer.cli import gaffer
+
+from ..support import FrozenClock, message_headers
+
+UTC = timezone.utc
+
+
+@pytest.fixture
+def app(database_url: str, redis_url: str) -> Iterator[Celery]:
+    app = Celery("update-test", broker=redis_url, set_as_current=False)
+    app.conf.gaffer_database_url = database_url
+
+    @app.task(name="t.report", shared=False)
+    def report(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    @app.task(name="t.other", shared=False)
+    def other(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    yield app
+    app.close()
+
+
+def gaffer_cli(app: Celery, *args: str) -> Result:
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+    except TypeError:  # click 8.2 always keeps stderr apart
+        runner = CliRunner()
+    return runner.invoke(gaffer, list(args), obj=SimpleNamespace(app=app))
+
+
+def error_line(result: Result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.stdout)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_beat_fires_the_updated_zone_on_its_next_tick_without_a_restart(
+    app: Celery, redis_url: str
+) -> None:
+    ScheduleStore(app).add("nightly", "t.report", cron("30 2 * * *"))
+    now = datetime.now(UTC)
+    clock = FrozenClock(now)
+    beat = Scheduler(app, clock=clock)  # a Beat already running when the edit lands
+    beat.tick()
+
+    result = gaffer_cli(app, "update", "nightly", "--tz", "America/New_York")
+    assert result.exit_code == 0, result.stdout
+    new = cron("30 2 * * *", "America/New_York")
+    old_fire, new_fire = cron("30 2 * * *").next_after(now), new.next_after(now)
+    assert old_fire is not None
+    assert new_fire is not None
+    local = new_fire.astimezone(ZoneInfo("America/New_York"))
+    assert f"  {local:%Y-%m-%d} 02:30 {local.tzname()} ({new_fire:%H:%M}Z)" in result.stdout
+
+    for moment in sorted([old_fire, new_fire - (new_fire - now) / 2, new_fire]):
+        clock.now = moment
+        beat.tick()
+    # Only the New York fire was sent: the UTC one is no longer a fire of the schedule.
+    assert [h["gaffer_nominal_at"] for h in message_headers(redis_url)] == [
+        new_fire.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ]
+
+
+def test_beat_fires_a_changed_cron_expression_and_kind(app: Celery, redis_url: str) -> None:
+    ScheduleStore(app).add("poll", "t.report", every(3600))
+    now = datetime.now(UTC)
+    clock = FrozenClock(now)
+    beat = Scheduler(app, clock=clock)
+    result = gaffer_cli(app, "update", "poll", "--cron", "*/5 * * * *", "--tz", "Asia/Tokyo")
+    assert result.exit_code == 0, result.stdout
+    assert "schedule: every 3600s -> cron '*/5 * * * *' Asia/Tokyo" in result.stdout
+    first = cron("*/5 * * * *").next_after(now)
+    assert first is not None
+    clock.now = first
+    beat.tick()
+    assert [h["gaffer_nominal_at"] for h in message_headers(redis_url)] == [
+        first.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ]
+
+
+def test_update_changes_only_what_is_given(app: Celery) -> None:
+    store = ScheduleStore(app)
+    store.add(
+        "nightly",
+        "t.report",
+        cron("30 2 * * *", "Europe/London", jitter=30),
+        args=[1],
+        kwargs={"a": 1},
+        options={"queue": "reports"},
+        gaffer={"catchup": "all", "overlap": "forbid", "grace": 600},
+    )
+    store.pause("nightly")
+    result = gaffer_cli(
+        app, "update", "nightly", "--cron", "0 3 * * 1-5", "--kwargs", '{"a": 2}', "--grace", "60"
+    )
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout.splitlines() == [
+        "updated nightly:",
+        "  schedule: cron '30 2 * * *' Europe/London, jitter 30s -> "
+        "cron '0 3 * * 1-5' Europe/London, jitter 30s",
+        "  kwargs: {'a': 1} -> {'a': 2}",
+        "  grace: 600s -> 60s",
+        "paused: it fires again after `gaffer resume nightly`",
+    ]
+    got = store.get("nightly")
+    assert got.schedule == cron("0 3 * * 1-5", "Europe/London", jitter=30)
+    assert (got.task, got.args, got.kwargs, got.options) == (
+        "t.report",
+        [1],
+        {"a": 2},
+        {"queue": "reports"},
+    )
+    assert (got.policy.catchup, got.policy.overlap, got.policy.grace) == ("all", "forbid", 60.0)
+    assert not got.enabled
+    assert got.next_fire_at is None
+
+    result = gaffer_cli(app, "update", "nightly", "--task", "t.other", "--every", "120")
+    assert result.exit_code == 0, result.stdout
+    assert "  task: t.report -> t.other" in result.stdout
+    assert store.get("nightly").schedule == every(120, jitter=30)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--cron", "61 * * * *"], "expr"),
+        (["--tz", "Mars/Olympus"], "tz 'Mars/Olympus' is not a known IANA zone"),
+        (["--task", "t.unknown", "--tz", "UTC"], "task"),
+        (["--jitter", "86400", "--tz", "UTC"], "jitter"),
+        (["--args", "not json", "--tz", "UTC"], "--args"),
+        (["--options", '{"task_id": "x"}', "--tz", "UTC"], "options"),
+        (["--cron", "0 3 * * *", "--every", "60"], "only one of --cron EXPR or --every"),
+        (["--catchup", "some"], "--catchup"),
+        ([], "nothing to change"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(app: Celery, args: list[str], words: str) -> None:
+    store = ScheduleStore(app)
+    before = store.add("nightly", "t.report", cron("30 2 * * *"), args=[1])
+    line = error_line(gaffer_cli(app, "update", "nightly", *args))
+    assert words in line
+    assert store.get("nightly") == before
+
+
+def test_unknown_names_are_refused_and_config_schedules_say_beat_puts_them_back(
+    app: Celery,
+) -> None:
+    assert "no schedule named 'nope'" in error_line(
+        gaffer_cli(app, "update", "nope", "--tz", "UTC")
+    )
+    app.conf.beat_schedule = {"from-config": {"task": "t.report", "schedule": every(60)}}
+    Scheduler(app, clock=FrozenClock(datetime.now(UTC)))
+    result = gaffer_cli(app, "update", "from-config", "--every", "30")
+    assert result.exit_code == 0, result.output
+    assert "note: from-config comes from app.conf.beat_schedule" in result.output
+    assert ScheduleStore(app).get("from-config").schedule == every(30)
