@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 LOWEST_VENV ?= .venv-lowest
 LOWEST_BIN := $(LOWEST_VENV)/bin
 LOWEST_STAMP := $(LOWEST_VENV)/.installed
+# The demo gets a venv of its own with the package alone: no test, lint or docs extras.
+DEMO_VENV ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short
 
@@ -24,6 +27,12 @@ $(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
 	$(LOWEST_BIN)/python -m pip install --quiet --upgrade pip
 	$(LOWEST_BIN)/python -m pip install --quiet -c constraints/lowest.txt -e '.[test]'
 	touch $(LOWEST_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
@@ -54,11 +63,11 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) $(LOWEST_VENV) build *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST_VENV) $(DEMO_VENV) build *.egg-info .mypy_cache .ruff_cache
 
 ## The example project on the embedded default (SQLite + filesystem broker): no servers.
-demo: $(STAMP)
-	cd example_project && ../$(BIN)/python demo.py
+demo: $(DEMO_STAMP)
+	cd example_project && ../$(DEMO_VENV)/bin/python demo.py
 
 ## The documentation, built the way CI builds it (warnings are errors).
 docs: $(STAMP)

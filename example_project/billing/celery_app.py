@@ -4,15 +4,14 @@ Environment:
 
 * ``GAFFER_DATABASE_URL`` (default: ``sqlite:///var/gaffer.sqlite3`` in this folder)
 * ``CELERY_BROKER_URL`` (default: kombu's filesystem transport under ``var/broker``)
-* ``BILLING_DEMO=1`` compresses the schedules so that a minute shows several fires.
+* ``BILLING_DEMO=1``: the schedules of ``make demo`` (``demo.py``), which fire every few seconds.
+* ``BILLING_VAR``: the folder of the SQLite file, the broker and the outbox (default ``var``).
 """
 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 from celery import Celery
 
@@ -46,36 +45,30 @@ app.conf.broker_connection_retry_on_startup = True
 app.conf.gaffer_lease_ttl = 30
 
 
-def _soon_in(zone: str) -> str:
-    """A daily cron expression for the next whole minute in ``zone`` (demo only)."""
-    moment = datetime.now(ZoneInfo(zone)) + timedelta(minutes=1)
-    return f"{moment.minute} {moment.hour} * * *"
-
+# 01:30 in London: the hour that the clocks skip in March and repeat in October.
+NIGHTLY_RECONCILIATION = {
+    "task": "billing.tasks.reconcile",
+    "schedule": cron("30 1 * * *", "Europe/London"),
+    "gaffer": {"catchup": "latest", "overlap": "forbid", "grace": 3600},
+}
 
 if os.environ.get("BILLING_DEMO"):
+    # What `make demo` shows in a minute: a fire every second for two Beats to share, an
+    # export whose queue has no worker until the demo starts one, and the nightly job
+    # (triggered by hand) whose London schedule `gaffer explain` walks across DST.
     app.conf.beat_schedule = {
-        "nightly-reconciliation": {
-            "task": "billing.tasks.reconcile",
-            "schedule": every(10),
-            "gaffer": {"catchup": "latest", "overlap": "forbid"},
-        },
-        "overdue-reminders": {"task": "billing.tasks.remind_overdue", "schedule": every(7)},
-        "hourly-report": {
-            "task": "billing.tasks.hourly_report",
-            "schedule": cron("* * * * *", "Europe/London"),
-        },
-        "new-york-digest": {
-            "task": "billing.tasks.morning_digest",
-            "schedule": cron(_soon_in("America/New_York"), "America/New_York"),
+        "nightly-reconciliation": NIGHTLY_RECONCILIATION,
+        "bank-feed": {"task": "billing.tasks.import_bank_feed", "schedule": every(1)},
+        "accounting-export": {
+            "task": "billing.tasks.export_to_accounting",
+            "schedule": every(5),
+            "options": {"queue": "accounting"},
+            "gaffer": {"grace": 3},
         },
     }
 else:
     app.conf.beat_schedule = {
-        "nightly-reconciliation": {
-            "task": "billing.tasks.reconcile",
-            "schedule": cron("30 2 * * *", "Europe/London"),
-            "gaffer": {"catchup": "latest", "overlap": "forbid", "grace": 3600},
-        },
+        "nightly-reconciliation": NIGHTLY_RECONCILIATION,
         "overdue-reminders": {
             "task": "billing.tasks.remind_overdue",
             "schedule": cron("0 8 * * 1-5", "Europe/London"),
@@ -87,6 +80,12 @@ else:
         "new-york-digest": {
             "task": "billing.tasks.morning_digest",
             "schedule": cron("0 9 * * *", "America/New_York"),
+        },
+        "accounting-export": {
+            "task": "billing.tasks.export_to_accounting",
+            "schedule": cron("0 6 * * *", "Europe/London"),
+            "options": {"queue": "accounting"},
+            "gaffer": {"grace": 1800},
         },
     }
 
