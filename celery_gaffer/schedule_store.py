@@ -129,8 +129,9 @@ class ScheduleStore:
         """Change only the given fields of ``name`` (see :class:`ScheduleChanges`).
 
         Everything is validated, with ``add``'s rules, before one transaction writes the
-        row. A paused schedule stays paused; an error is cleared (the row passed the
-        checks). When the timing changes (``schedule``, ``cron``, ``every``, ``tz`` or
+        row. A paused schedule stays paused (``pause`` and ``resume`` change that, not
+        ``gaffer={"enabled": ...}``); an error is cleared (the row passed the checks).
+        When the timing changes (``schedule``, ``cron``, ``every``, ``tz`` or
         ``jitter``), the schedule starts again from now, as on ``resume``: its next fire
         is its first nominal time after the edit, so a fire of the new timing that fell
         before the edit is not sent; fires already decided are never sent again. Running
@@ -150,8 +151,17 @@ class ScheduleStore:
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
             policy = policy_dict(current.policy)
-            policy.update(changes.get("gaffer") or {})
+            given = changes.get("gaffer") or {}
+            if "enabled" in given and given["enabled"] != policy.get("enabled"):
+                # resume starts from now; a watermark left at the pause would send or
+                # miss the paused fires.
+                raise InvalidInput(
+                    "gaffer.enabled: pause or resume the schedule instead", field="enabled"
+                )
+            policy.update(given)
             timing = new_timing(name, current.schedule, changes)
+            if timing == current.schedule:
+                timing = None  # the same timing: its backlog is kept
             spec = self._validate(
                 name=name,
                 task=changes.get("task", current.task),

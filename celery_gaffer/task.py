@@ -167,7 +167,12 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             # Kept for the run record written at task_postrun.
             delivery.run_key = run.key
             delivery.run_fence = run.last_fence
-            if run.leases and records_end(delivery, database) and ends_quietly(self, request):
+            if (
+                run.leases
+                and delivery.reason is None  # else Flower hears of its end before postrun
+                and records_end(delivery, database)
+                and ends_quietly(self, request)
+            ):
                 # Freed by the statement that records the run's end, a moment from now.
                 delivery.release_at_end = run.close(defer=True)
             else:

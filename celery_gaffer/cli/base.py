@@ -150,15 +150,36 @@ def gaffer() -> None:
     """celery-gaffer: schedules, runs and the Gaffer database."""
 
 
-def table(header: tuple[str, ...], rows: list[tuple[Any, ...]], *, last_wide: bool = False) -> None:
-    """Columns of at most 50 characters (the last one whole when ``last_wide``)."""
+def table(
+    header: tuple[str, ...],
+    rows: list[tuple[Any, ...]],
+    *,
+    last_wide: bool = False,
+    whole: tuple[str, ...] = ("KEY", "TASK ID"),
+) -> None:
+    """Columns of at most 50 characters, a longer cell cut with ``…``; the columns named
+    in ``whole`` (identifiers, to copy) and the last one when ``last_wide`` are never cut."""
     table = [header, *rows]
-    widths = [min(50, max(len(str(row[i])) for row in table)) for i in range(len(header))]
-    for row in table:
-        cells = [str(cell)[:50].ljust(width) for cell, width in zip(row, widths, strict=True)]
+    limits = [None if name in whole else COLUMN_WIDTH for name in header]
+    if last_wide:
+        limits[-1] = None
+    texts = [
+        [_cut(str(cell), limit) for cell, limit in zip(row, limits, strict=True)] for row in table
+    ]
+    widths = [max(len(row[i]) for row in texts) for i in range(len(header))]
+    for row in texts:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
         if last_wide:
-            cells[-1] = str(row[-1])
+            cells[-1] = row[-1]
         click.echo("  ".join(cells).rstrip())
+
+
+#: The widest a column gets (but those :func:`table` keeps whole).
+COLUMN_WIDTH = 50
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def iso(value: datetime | None) -> str | None:

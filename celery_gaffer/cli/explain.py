@@ -36,7 +36,14 @@ from .base import gaffer, gaffer_errors, store_of
 @click.option("--every", "every_seconds", help="Explain an interval of this many seconds.")
 @click.option("--count", "count_text", default="10", show_default=True, help="Fires to list.")
 @click.option("--around", help="Fires around this local date (YYYY-MM-DD) and its DST changes.")
-@click.option("--from", "start_text", help="First fire at or after this time (default: now).")
+@click.option(
+    "--from",
+    "start_text",
+    help=(
+        "First fire at or after this time (default: now); ISO 8601, in the schedule's"
+        " zone unless it has an offset (Z, +01:00)."
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.pass_context
 @gaffer_errors

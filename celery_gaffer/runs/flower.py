@@ -24,6 +24,7 @@ from typing import Any
 from celery.exceptions import Ignore
 
 from ..exceptions import one_line
+from .overlap import has_success_handlers, stores_result
 
 logger = logging.getLogger("celery_gaffer")
 
@@ -44,15 +45,17 @@ def announce(task: Any, outcome: str, reason: str, *, key: str | None) -> None:
     Sends ``task-<outcome>`` (``result``: the reason; ``gaffer_outcome``, ``gaffer_key``
     and ``gaffer_reason`` for other event consumers), stores the delivery's result
     (None) as Celery would, then raises Celery's ``Ignore`` so that no ``task-succeeded``
-    follows: the message is acknowledged as usual. Nothing changes for a call in the
-    caller's process (eager or direct), for a step of a workflow (chain, callbacks,
-    chord, group: Celery's success path sends the next steps, so the task ends
-    SUCCESS), or when the event cannot be sent.
+    follows: the message is acknowledged as usual, and ``task_postrun`` gets the state
+    ``IGNORED``. Nothing changes (Celery's success path runs, and Flower shows SUCCESS)
+    for a call in the caller's process (eager or direct), for a step of a workflow
+    (chain, callbacks, chord, group: that path sends the next steps), for a task with
+    its own ``on_success`` or ``after_return`` or when anything receives
+    ``task_success`` (they still run), or when the event cannot be sent.
     """
     request = task.request
     if request.called_directly or request.is_eager:
         return
-    if any(getattr(request, name, None) for name in _WORKFLOW):
+    if any(getattr(request, name, None) for name in _WORKFLOW) or has_success_handlers(task):
         return
     try:
         task.send_event(
@@ -62,7 +65,7 @@ def announce(task: Any, outcome: str, reason: str, *, key: str | None) -> None:
             gaffer_key=key,
             gaffer_reason=reason,
         )
-        task.backend.mark_as_done(request.id, None, request, not task.ignore_result)
+        task.backend.mark_as_done(request.id, None, request, stores_result(task, request))
     except Exception as exc:  # noqa: BLE001 - Celery's own success path takes over
         logger.warning(
             "%s[%s] ended %s, but Flower will show SUCCESS: %s",

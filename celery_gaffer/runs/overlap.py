@@ -93,16 +93,27 @@ def ends_quietly(task: Any, request: Any) -> bool:
         links = ("callbacks", "errbacks", "chain", "chord", "group")
         if any(getattr(request, name, None) for name in links):
             return False
-        explicit = vars(request).get("ignore_result")  # Context's class default is False
-        stored = not (task.ignore_result if explicit is None else explicit)
-        if stored and not isinstance(task.backend, DisabledBackend):
+        if stores_result(task, request) and not isinstance(task.backend, DisabledBackend):
             return False
-        handlers = ("on_success", "on_failure", "on_retry", "after_return")
-        if any(task_has_custom(task, name) for name in handlers):
-            return False
-        return not signals.task_success.receivers
+        return not has_success_handlers(task, ("on_failure", "on_retry"))
     except Exception:  # noqa: BLE001 - a misconfigured backend, say: free them at once
         return False
+
+
+def stores_result(task: Any, request: Any) -> bool:
+    """Whether Celery stores the result of this delivery: the message's ``ignore_result``,
+    when it has one, before the task's."""
+    explicit = vars(request).get("ignore_result")  # Context's class default is False
+    return not (task.ignore_result if explicit is None else explicit)
+
+
+def has_success_handlers(task: Any, more: tuple[str, ...] = ()) -> bool:
+    """Whether anything runs when ``task`` succeeds: its own ``on_success`` or
+    ``after_return`` (or one of ``more``), or a ``task_success`` receiver."""
+    handlers = ("on_success", "after_return", *more)
+    if any(task_has_custom(task, name) for name in handlers):
+        return True
+    return bool(signals.task_success.receivers)
 
 
 def left_held(delivery: Delivery, database: Database) -> list[Lease]:

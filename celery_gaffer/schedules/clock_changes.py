@@ -109,10 +109,11 @@ def parse_day(text: str) -> date:
         day = date.fromisoformat(text.strip())
     except ValueError:
         day = None
-    # A day at either end of datetime's range has no whole neighbourhood to look at.
-    if day is None or not date(1, 1, 3) <= day <= date(9999, 12, 29):
+    # A day near either end of datetime's range has no whole neighbourhood to look at (the
+    # listing may reach weeks or months around it).
+    if day is None or not date(2, 1, 1) <= day <= date(9998, 12, 31):
         raise InvalidInput(
-            f"around: {text!r} is not a date YYYY-MM-DD from 0001-01-03 to 9999-12-29",
+            f"around: {text!r} is not a date YYYY-MM-DD from 0002-01-01 to 9998-12-31",
             field="around",
         )
     return day
@@ -120,16 +121,21 @@ def parse_day(text: str) -> date:
 
 def parse_start(text: str, zone: str) -> datetime:
     """``--from``: an ISO 8601 date or datetime; without an offset it is wall time in
-    ``zone``. Anything else raises InvalidInput naming ``from``."""
+    ``zone``; a wall time the clocks skip starts at the gap's beginning, so that the
+    fire at the gap's end is listed. Anything else raises InvalidInput naming ``from``."""
     tz = load_zone(zone)
     value = text.strip()
     if value.endswith(("Z", "z")):
         value = value[:-1] + "+00:00"
     try:
         parsed = datetime.fromisoformat(value)
-        if parsed.utcoffset() is None:
-            parsed = parsed.replace(tzinfo=tz)
-        return parsed.astimezone(UTC)
+        if parsed.utcoffset() is not None:
+            return parsed.astimezone(UTC)
+        # fold=0 and fold=1 name the same wall time's two instants in a fold, and the two
+        # sides of a gap in a gap: the earlier one is never after the time meant.
+        return min(
+            parsed.replace(tzinfo=tz, fold=fold).astimezone(UTC) for fold in (0, 1)
+        )
     except (ValueError, OverflowError) as exc:
         raise InvalidInput(
             f"from: {text!r} is not an ISO 8601 datetime such as 2027-03-28T00:30",

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
+from kombu import Connection
 from sqlalchemy import text
 
 from celery_gaffer.settings import parse_database_url
@@ -79,8 +81,11 @@ def after(label):
 
 
 @app.task(base=GafferTask, bind=True, name="fproj.report", gaffer_overlap="forbid")
-def report(self, seconds):
-    time.sleep(seconds)
+def report(self, release):
+    # Runs until the test creates the file ``release`` (if any): a skip cannot race it.
+    deadline = time.monotonic() + 120
+    while release and not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return "reported"
 
 
@@ -249,9 +254,10 @@ def test_flower_shows_gaffer_outcomes_and_progress(
         first = send("fproj.settle", 11)
         wait_for("first settle", lambda: ended(port, first, "SUCCESS"))
         second = send("fproj.settle", 11)
-        long_report = send("fproj.report", 6)
+        release = tmp_path / "release"
+        long_report = send("fproj.report", str(release))
         wait_for("the report runs", lambda: task(port, long_report).get("started"))
-        skipped_report = send("fproj.report", 0)
+        skipped_report = send("fproj.report", "")
         batches = send("fproj.reconcile")
         stolen = send("fproj.stolen")
 
@@ -269,6 +275,7 @@ def test_flower_shows_gaffer_outcomes_and_progress(
             "duplicate: key invoice.settled:11 was completed by an earlier run"
         )
         skipped = wait_for("skip", lambda: ended(port, skipped_report, "SKIPPED"))
+        release.touch()
         assert skipped["result"] == (
             "skipped: overlap=forbid: lease overlap:task:fproj.report is held by another live run"
         )
@@ -297,6 +304,18 @@ def test_flower_shows_gaffer_outcomes_and_progress(
         assert second in listing
         assert "DUPLICATE" in listing
         assert "SKIPPED" in listing
+
+    # Every delivery was acknowledged, the duplicate and the skip included: a warm
+    # shutdown puts an unacknowledged message back in its queue.
+    if broker == "redis":
+        client = redis.Redis.from_url(broker_url)
+        left = client.llen(queue) + client.hlen("unacked")
+    else:
+        with Connection(broker_url) as connection:
+            channel = connection.default_channel
+            left = channel.queue_declare(queue, passive=True).message_count
+            channel.queue_delete(queue)
+    assert left == 0
 
     # The run records agree, with the same reasons.
     with engine.connect() as conn:

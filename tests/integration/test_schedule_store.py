@@ -188,6 +188,25 @@ def test_update_of_other_fields_keeps_the_next_fire(
     assert (updated.next_fire_at, updated.watermark_at) == (added.next_fire_at, added.watermark_at)
 
 
+def test_update_with_the_same_timing_keeps_the_backlog(
+    store: ScheduleStore, clock: FrozenClock
+) -> None:
+    added = store.add("s", "t.noop", every(60))
+    clock.advance(3600)  # Beat was down: an hour of fires is owed
+    updated = store.update("s", jitter=0, every=60)
+    assert (updated.next_fire_at, updated.watermark_at) == (added.next_fire_at, added.watermark_at)
+
+
+def test_update_does_not_pause_or_resume(store: ScheduleStore, clock: FrozenClock) -> None:
+    store.add("s", "t.noop", every(60))
+    store.pause("s")
+    clock.advance(3600)
+    with pytest.raises(InvalidInput, match=r"gaffer\.enabled: pause or resume"):
+        store.update("s", gaffer={"enabled": True})
+    assert not store.get("s").enabled
+    assert store.update("s", gaffer={"enabled": False, "grace": 5}).policy.grace == 5
+
+
 def test_update_builds_the_new_timing_from_the_current_one(store: ScheduleStore) -> None:
     store.add("s", "t.noop", every(60, jitter=5))
     assert store.update("s", cron="0 3 * * *").schedule == cron("0 3 * * *", jitter=5)

@@ -362,3 +362,23 @@ def test_every_output_on_the_how_to_page_is_what_the_command_prints() -> None:
         result = CliRunner().invoke(gaffer, args)
         assert result.exit_code == (2 if shown.startswith("error:") else 0), result.output
         assert result.output == shown, command
+
+
+@pytest.mark.parametrize(
+    ("text", "first_fire"),
+    [
+        # 01:30 does not exist on 2027-03-28 in London: that day's fire (at the gap's end,
+        # 01:00Z) is still listed, with the change.
+        ("2027-03-28T01:30", datetime(2027, 3, 28, 1, 0, tzinfo=timezone.utc)),
+        # 01:30 happens twice on 2027-10-31: from the first, the first occurrence fires.
+        ("2027-10-31T01:30", datetime(2027, 10, 31, 0, 30, tzinfo=timezone.utc)),
+        ("2027-06-01T01:30", datetime(2027, 6, 1, 0, 30, tzinfo=timezone.utc)),
+    ],
+)
+def test_from_a_wall_time_the_clocks_skip_or_repeat_starts_at_its_earlier_instant(
+    text: str, first_fire: datetime
+) -> None:
+    explanation = explain(
+        cron("30 1 * * *", "Europe/London"), parse_start(text, "Europe/London"), count=1
+    )
+    assert [fire.utc for fire in explanation.fires] == [first_fire]
