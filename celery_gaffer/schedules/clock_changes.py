@@ -133,9 +133,7 @@ def parse_start(text: str, zone: str) -> datetime:
             return parsed.astimezone(UTC)
         # fold=0 and fold=1 name the same wall time's two instants in a fold, and the two
         # sides of a gap in a gap: the earlier one is never after the time meant.
-        return min(
-            parsed.replace(tzinfo=tz, fold=fold).astimezone(UTC) for fold in (0, 1)
-        )
+        return min(parsed.replace(tzinfo=tz, fold=fold).astimezone(UTC) for fold in (0, 1))
     except (ValueError, OverflowError) as exc:
         raise InvalidInput(
             f"from: {text!r} is not an ISO 8601 datetime such as 2027-03-28T00:30",
