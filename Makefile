@@ -11,12 +11,12 @@ LOWEST_STAMP := $(LOWEST_VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short
+.PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short bench-web
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[web,test,lint,docs]'
 	touch $(STAMP)
 
 # Built from scratch whenever the pins change: upgrading in place would leave behind
@@ -25,7 +25,7 @@ $(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
 	rm -rf $(LOWEST_VENV)
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_BIN)/python -m pip install --quiet --upgrade pip
-	$(LOWEST_BIN)/python -m pip install --quiet -c constraints/lowest.txt -e '.[test]'
+	$(LOWEST_BIN)/python -m pip install --quiet -c constraints/lowest.txt -e '.[web,test]'
 	touch $(LOWEST_STAMP)
 
 $(DEMO_STAMP): pyproject.toml
@@ -80,3 +80,7 @@ chaos-short: $(STAMP)
 ## The chaos suite's long form: 30 minutes of faults on this machine's PostgreSQL and Redis.
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run --seconds $${CHAOS_SECONDS:-1800} $${CHAOS_SEED:+--seed $$CHAOS_SEED}
+
+## The web console at 100,000 schedules (PostgreSQL): its first pages against the plain SQL of the same page.
+bench-web: $(STAMP)
+	$(BIN)/python benchmarks/web.py

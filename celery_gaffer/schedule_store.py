@@ -3,11 +3,12 @@
 Schedules written here have source ``db``: the Beat's sync of ``beat_schedule`` never
 touches them. Every method validates before it writes and writes in one transaction,
 so bad input leaves nothing behind. Running Beats pick changes up on their next tick.
+``preview_resume``, ``preview_backfill`` and ``preview_update`` say what those will do,
+computed by the same code, and write nothing (the CLI's ``--dry-run``, the web console).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from itertools import islice
@@ -16,20 +17,29 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
+from . import schedule_sync
 from .beat import triggers
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
-from .protocol import Catchup, Health, Overlap
+from .protocol import Health
 from .schedules.changes import ScheduleChanges, new_timing
+from .schedules.kinds import Cron, Every
+from .schedules.preview import Preview as Preview
+from .schedules.preview import (
+    backfill_nominals,
+    backfill_preview,
+    count_fires,
+    resume_preview,
+    update_preview,
+)
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
-from .store.schedule_rows import StoredSchedule, columns, differs, policy_dict, stored
+from .store.previews import ledger_nominals
+from .store.schedule_rows import StoredSchedule, columns, policy_dict
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-logger = logging.getLogger("celery_gaffer.schedules")
 
 
 class ScheduleStore:
@@ -144,36 +154,11 @@ class ScheduleStore:
         Raises :class:`ScheduleNotFound`, and a :class:`GafferError` naming the field for
         bad input; nothing is written then.
         """
-        unknown = sorted(set(changes) - set(ScheduleChanges.__annotations__))
-        if unknown:
-            raise InvalidInput(f"{unknown[0]}: not an editable field", field=unknown[0])
+        _check_editable(changes)
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
-            policy = policy_dict(current.policy)
-            given = changes.get("gaffer") or {}
-            if "enabled" in given and given["enabled"] != policy.get("enabled"):
-                # resume starts from now; a watermark left at the pause would send or
-                # miss the paused fires.
-                raise InvalidInput(
-                    "gaffer.enabled: pause or resume the schedule instead", field="enabled"
-                )
-            policy.update(given)
-            timing = new_timing(name, current.schedule, changes)
-            if timing == current.schedule:
-                timing = None  # the same timing: its backlog is kept
-            spec = self._validate(
-                name=name,
-                task=changes.get("task", current.task),
-                schedule=current.schedule if timing is None else timing,
-                args=changes.get("args", current.args),
-                kwargs=changes.get("kwargs", current.kwargs),
-                options=changes.get("options", current.options),
-                gaffer=policy,
-            )
-            watermark = current.watermark_at
-            if timing is not None:
-                watermark = max(watermark, now)
+            spec, watermark, _ = self._edited(current, changes, now)
             rows.update_schedule(conn, self._models, name, columns(spec, watermark, now))
             return self._get(conn, name)
 
@@ -201,85 +186,13 @@ class ScheduleStore:
         ``crontab``...) is stored in ``error`` with the reason, logged once, and the
         others are synced as usual: one bad entry never stops Beat.
         """
-        known = self._known_tasks()
-        specs: list[ScheduleSpec] = []
-        broken: dict[str, dict[str, Any]] = {}
-        for name, entry in beat_schedule.items():
-            try:
-                specs.append(_config_spec(name, entry, known))
-            except GafferError as exc:
-                message = f"beat_schedule[{name!r}]: {exc}"
-                try:
-                    validate_name(name)
-                except GafferError:
-                    logger.error(
-                        "%s; the entry is ignored and the others keep firing",
-                        message,
-                        extra={"action": "config_entry_invalid"},
-                    )
-                    continue
-                logger.error(
-                    "%s; the entry is marked in error and the others keep firing",
-                    message,
-                    extra={"action": "config_entry_invalid", "schedule": name},
-                )
-                broken[name] = {"entry": entry, "message": message, "field": exc.field}
-        for attempt in range(2):
-            try:
-                self._sync(specs, broken, known)
-                return
-            except IntegrityError:
-                # Another Beat inserted the same entry concurrently; its rows are now visible.
-                if attempt:
-                    raise
-
-    def _sync(
-        self,
-        specs: list[ScheduleSpec],
-        broken: dict[str, dict[str, Any]],
-        known: Mapping[str, Any] | None,
-    ) -> None:
-        now = self._clock()
-        wanted = {spec.name: spec for spec in specs}
-        with self.database.begin() as conn:
-            existing = rows.lock_config_rows(conn, self._models, [*wanted, *broken])
-            for name in [*wanted, *broken]:
-                row = existing.get(name)
-                if row is not None and row["source"] != "config":
-                    logger.warning(
-                        "beat_schedule entry %r ignored: a schedule of source %r has that name",
-                        name,
-                        row["source"],
-                        extra={"action": "config_entry_ignored", "schedule": name},
-                    )
-                    continue
-                current = None if row is None else stored(row)
-                if name in wanted:
-                    spec = wanted[name]
-                    if current is None:
-                        rows.insert_schedules(conn, self._models, [self._new_row(spec, now)])
-                        continue
-                    values = columns(spec, current.watermark_at, now)
-                    if not current.enabled:
-                        values.update(enabled=False, next_fire_at=None, check_at=None)
-                    if current.error is not None or differs(current, spec):
-                        rows.update_schedule(conn, self._models, name, values)
-                    continue
-                values = _error_values(name, broken[name], known, now)
-                if current is None:
-                    new_row = {"name": name, "source": "config", "created_at": now, **values}
-                    rows.insert_schedules(conn, self._models, [new_row])
-                else:
-                    values["watermark_at"] = current.watermark_at
-                    if not current.enabled:  # a paused schedule stays paused
-                        values.update(enabled=False, next_fire_at=None, check_at=None)
-                    rows.update_schedule(conn, self._models, name, values)
-            gone = [
-                n
-                for n, row in existing.items()
-                if row["source"] == "config" and n not in wanted and n not in broken
-            ]
-            rows.delete_schedules(conn, self._models, gone)
+        schedule_sync.sync_config(
+            self.database,
+            beat_schedule,
+            known=self._known_tasks(),
+            clock=self._clock,
+            source=self._source,
+        )
 
     def trigger(self, name: str) -> str:
         """Publish one fire of ``name`` now, with its own key; returns the key."""
@@ -289,13 +202,60 @@ class ScheduleStore:
         self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
     ) -> triggers.BackfillReport:
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have."""
-        current = self.get(name)
-        if current.schedule is None or current.error is not None:
-            raise InvalidInput(
-                f"name: schedule {name!r} is in error: {current.error}", field="name"
-            )
+        schedule = _backfillable(self.get(name))
         return triggers.backfill(
-            self.app, self.database, name, current.schedule, start, end, self._clock, limit=limit
+            self.app, self.database, name, schedule, start, end, self._clock, limit=limit
+        )
+
+    # -- previews: what an operation will do, by its own rules; nothing is written -------
+
+    def preview_resume(self, name: str) -> Preview:
+        """What :meth:`resume` would do now: the next fires, and how many fires that fell
+        while ``name`` was paused (or in error) it does not send. Raises what ``resume``
+        raises (a schedule still in error, say)."""
+        now = self._clock()
+        with self.database.read() as conn:
+            current = self._require(conn, name)
+        values = self._enabled_values(current, True, now)
+        skipped = 0
+        if values is not None and current.schedule is not None and "watermark_at" in values:
+            skipped = count_fires(current.schedule, current.watermark_at, values["watermark_at"])
+        return resume_preview(
+            current.name,
+            current.schedule,
+            paused=not current.enabled,
+            in_error=current.error is not None,
+            next_fire=current.next_fire_at if values is None else values["next_fire_at"],
+            skipped=skipped,
+        )
+
+    def preview_backfill(
+        self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
+    ) -> Preview:
+        """What :meth:`backfill` would do now: the fires it sends (the first 20) and how
+        many of the range the ledger has already. Raises what ``backfill`` raises."""
+        now = self._clock()
+        with self.database.read() as conn:
+            schedule = _backfillable(self._require(conn, name))
+            nominals = backfill_nominals(schedule, start, end, now, limit=limit)
+            ledger = ledger_nominals(conn, self._models, name, start, end) if nominals else set()
+        sent = [nominal for nominal in nominals if nominal not in ledger]
+        return backfill_preview(name, schedule, start, end, sent, len(nominals) - len(sent))
+
+    def preview_update(self, name: str, **changes: Unpack[ScheduleChanges]) -> Preview:
+        """What ``name`` would be after :meth:`update` now: its timing and next fires.
+        Validates exactly as ``update`` does and raises the same errors."""
+        _check_editable(changes)
+        now = self._clock()
+        with self.database.read() as conn:
+            current = self._require(conn, name)
+        spec, watermark, new = self._edited(current, changes, now)
+        values = columns(spec, watermark, now)
+        return update_preview(
+            spec.schedule,
+            enabled=values["enabled"],
+            next_fire=values["next_fire_at"],
+            new_timing=new,
         )
 
     # -- reading --------------------------------------------------------------------
@@ -338,25 +298,64 @@ class ScheduleStore:
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
-            values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
-            if enabled and current.error is not None:
-                # Resuming a schedule in error checks it again: cleared if its cause is
-                # gone, refused with the reason if not.
-                self._recheck(current)
-                values["error"] = None
-            elif current.policy.enabled == enabled:
+            values = self._enabled_values(current, enabled, now)
+            if values is None:
                 return current
-            if enabled and current.schedule is not None:
-                # Fires that fell while paused are not missed: start again from now.
-                watermark = max(current.watermark_at, now)
-                next_fire_at = current.schedule.next_after(watermark)
-                values.update(
-                    watermark_at=watermark, next_fire_at=next_fire_at, check_at=next_fire_at
-                )
-            else:
-                values.update(next_fire_at=None, check_at=None, health=Health.OK)
             rows.update_schedule(conn, self._models, name, values)
             return self._get(conn, name)
+
+    def _enabled_values(
+        self, current: StoredSchedule, enabled: bool, now: datetime
+    ) -> dict[str, Any] | None:
+        """The columns ``pause`` (``enabled`` False) or ``resume`` writes; None when it
+        changes nothing."""
+        values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
+        if enabled and current.error is not None:
+            # Resuming a schedule in error checks it again: cleared if its cause is
+            # gone, refused with the reason if not.
+            self._recheck(current)
+            values["error"] = None
+        elif current.policy.enabled == enabled:
+            return None
+        if enabled and current.schedule is not None:
+            # Fires that fell while paused are not missed: start again from now.
+            watermark = max(current.watermark_at, now)
+            next_fire_at = current.schedule.next_after(watermark)
+            values.update(watermark_at=watermark, next_fire_at=next_fire_at, check_at=next_fire_at)
+        else:
+            values.update(next_fire_at=None, check_at=None, health=Health.OK)
+        return values
+
+    def _edited(
+        self, current: StoredSchedule, changes: ScheduleChanges, now: datetime
+    ) -> tuple[ScheduleSpec, datetime, bool]:
+        """What ``update`` writes for ``changes`` to ``current``: the validated spec, the
+        watermark (now, for a new timing) and whether the timing is new."""
+        name = current.name
+        policy = policy_dict(current.policy)
+        given = changes.get("gaffer") or {}
+        if "enabled" in given and given["enabled"] != policy.get("enabled"):
+            # resume starts from now; a watermark left at the pause would send or
+            # miss the paused fires.
+            raise InvalidInput(
+                "gaffer.enabled: pause or resume the schedule instead", field="enabled"
+            )
+        policy.update(given)
+        timing = new_timing(name, current.schedule, changes)
+        if timing == current.schedule:
+            timing = None  # the same timing: its backlog is kept
+        spec = self._validate(
+            name=name,
+            task=changes.get("task", current.task),
+            schedule=current.schedule if timing is None else timing,
+            args=changes.get("args", current.args),
+            kwargs=changes.get("kwargs", current.kwargs),
+            options=changes.get("options", current.options),
+            gaffer=policy,
+        )
+        if timing is None:
+            return spec, current.watermark_at, False
+        return spec, max(current.watermark_at, now), True
 
     def _recheck(self, current: StoredSchedule) -> ScheduleSpec:
         """``current`` validated again, or InvalidInput saying why it is still in error."""
@@ -405,52 +404,16 @@ def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
     return dict(entry)
 
 
-def _config_spec(name: Any, entry: Any, known: Mapping[str, Any] | None) -> ScheduleSpec:
-    if not isinstance(entry, Mapping):
-        raise InvalidInput("expected a dict", field="beat_schedule")
-    return validate_entry(
-        name=name,
-        task=entry.get("task"),
-        schedule=entry.get("schedule"),
-        args=entry.get("args", ()),
-        kwargs=entry.get("kwargs"),
-        options=entry.get("options"),
-        gaffer=entry.get("gaffer"),
-        known_tasks=known,
-    )
+def _check_editable(changes: Mapping[str, Any]) -> None:
+    unknown = sorted(set(changes) - set(ScheduleChanges.__annotations__))
+    if unknown:
+        raise InvalidInput(f"{unknown[0]}: not an editable field", field=unknown[0])
 
 
-def _error_values(
-    name: str, broken: dict[str, Any], known: Mapping[str, Any] | None, now: datetime
-) -> dict[str, Any]:
-    """The columns of a config entry that failed validation: its own values when only its
-    task is unknown to this app (Beat checks it again on load, see ``beat.tick``), else a
-    placeholder that never fires until the entry is fixed."""
-    entry = broken["entry"]
-    if broken["field"] == "task" and known is not None:
-        try:
-            spec = _config_spec(name, entry, None)
-        except GafferError:
-            pass
-        else:
-            values = columns(spec, now, now)
-            values.update(error=broken["message"], next_fire_at=now, check_at=now)
-            return values
-    task = entry.get("task") if isinstance(entry, Mapping) else None
-    return {
-        "task": task[:255] if isinstance(task, str) else "?",
-        "schedule": {"kind": "invalid"},
-        "args": [],
-        "kwargs": {},
-        "options": {},
-        "catchup": Catchup.LATEST,
-        "starting_deadline": None,
-        "overlap": Overlap.ALLOW,
-        "grace": None,
-        "enabled": True,
-        "watermark_at": now,
-        "next_fire_at": None,
-        "check_at": now,
-        "error": broken["message"],
-        "updated_at": now,
-    }
+def _backfillable(current: StoredSchedule) -> Cron | Every:
+    """The schedule a backfill of ``current`` enumerates; refused while it is in error."""
+    if current.schedule is None or current.error is not None:
+        raise InvalidInput(
+            f"name: schedule {current.name!r} is in error: {current.error}", field="name"
+        )
+    return current.schedule

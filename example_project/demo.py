@@ -76,6 +76,9 @@ def main() -> int:
         processes.stop_all()
     say()
     say(f"Every step's evidence held; {time.monotonic() - started:.0f} s. Logs and database: var/")
+    say("The web console shows what it left (schedules, runs, alerts) at http://127.0.0.1:5557/:")
+    say("   $ cd example_project && ../.venv/bin/celery -A billing.celery_app gaffer web")
+    say("   (`make install` brings its extra; elsewhere: pip install 'celery-gaffer[web]')")
     return 0
 
 

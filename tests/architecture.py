@@ -6,7 +6,8 @@ Layers, lowest first; a module may import its own layer and the layers below it:
 1. ``schedules`` (pure: no I/O)
 2. ``store`` (the only package that builds SQL)
 3. ``fencing``, ``runs``, ``beat`` (``runs`` may use ``fencing``; nothing else crosses)
-4. adapters: ``task``, ``scheduler``, ``schedule_store``, ``cli``, ``wiring``, ``__init__``
+4. adapters: ``task``, ``scheduler``, ``schedule_store``, ``schedule_sync``, ``cli``,
+   ``wiring``, ``__init__``
 
 Three rules: no import against the layering, no import cycle between modules, and no
 SQL built outside ``store`` (only driver-neutral names may be imported from SQLAlchemy
@@ -22,7 +23,7 @@ from pathlib import Path
 
 CORE = {"exceptions", "clock", "settings", "protocol", "signals", "runtime"}
 MIDDLE = {"fencing", "runs", "beat"}
-ADAPTERS = {"task", "scheduler", "schedule_store", "cli", "wiring", ""}
+ADAPTERS = {"task", "scheduler", "schedule_store", "schedule_sync", "cli", "wiring", "web", ""}
 #: Allowed imports between middle-layer packages: (importer, imported).
 MIDDLE_CROSSINGS = {("runs", "fencing")}
 

@@ -14,6 +14,7 @@ from ..clock import Clock
 from ..exceptions import InvalidInput, ScheduleNotFound
 from ..protocol import FireKind, FireState
 from ..schedules.kinds import Cron, Every
+from ..schedules.preview import backfill_nominals
 from ..store import Database
 from ..store.fires import Fire, NewFire, insert_fires
 from ..store.schedules import load_payloads
@@ -78,16 +79,8 @@ def backfill(
     limit: int = 10_000,
 ) -> BackfillReport:
     """Publish every fire of ``name`` with ``start < nominal <= end`` not already in the ledger."""
-    if start.tzinfo is None or end.tzinfo is None:
-        raise InvalidInput("from/to: expected timezone-aware datetimes", field="from")
     now = clock()
-    if end > now:
-        raise InvalidInput("to: a backfill covers the past only", field="to")
-    nominals = []
-    for nominal in schedule.fires_between(start, end):
-        nominals.append(nominal)
-        if len(nominals) > limit:
-            raise InvalidInput(f"from/to: more than {limit} fires in that range", field="from")
+    nominals = backfill_nominals(schedule, start, end, now, limit=limit)
     republish_at = now + timedelta(seconds=database.settings.republish_after)
     fires = [
         NewFire(name, nominal, FireKind.BACKFILL, FireState.PENDING, republish_at, 1)

@@ -9,6 +9,7 @@ import click
 
 from ..exceptions import ScheduleExists
 from ..schedules.kinds import cron, every
+from ..schedules.preview import LISTED_FIRES
 from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from .base import (
     describe,
@@ -22,6 +23,7 @@ from .base import (
     table,
 )
 from .times import instant_option, utc_option, when, zone_of
+from .update import dry_run_option, show_preview
 
 
 @gaffer.command()
@@ -147,11 +149,20 @@ def pause(ctx: click.Context, name: str) -> None:
 
 @gaffer.command()
 @click.argument("name")
+@dry_run_option
 @click.pass_context
 @gaffer_errors
-def resume(ctx: click.Context, name: str) -> None:
-    """Resume schedule NAME from its next nominal time."""
-    stored = store_of(ctx).resume(name)
+def resume(ctx: click.Context, name: str, dry_run: bool) -> None:
+    """Resume schedule NAME from its next nominal time (fires while paused are not sent).
+
+    --dry-run shows the next fires and how many fires while paused are not sent.
+    """
+    store = store_of(ctx)
+    if dry_run:
+        preview = store.preview_resume(name)
+        show_preview(preview, zone_of(store.get(name).schedule))
+        return
+    stored = store.resume(name)
     click.echo(f"resumed {name}, next fire {when(stored.next_fire_at, zone_of(stored.schedule))}")
 
 
@@ -185,15 +196,19 @@ _TIME_HELP = (
 @click.option("--from", "start", required=True, metavar="TIME", help=f"Exclusive. {_TIME_HELP}.")
 @click.option("--to", "end", required=True, metavar="TIME", help="Inclusive; not in the future.")
 @click.option("--limit", type=click.IntRange(min=1), default=10_000, show_default=True)
+@dry_run_option
 @click.pass_context
 @gaffer_errors
-def backfill(ctx: click.Context, name: str, start: str, end: str, limit: int) -> None:
+def backfill(
+    ctx: click.Context, name: str, start: str, end: str, limit: int, dry_run: bool
+) -> None:
     """Send the fires F of NAME with FROM < F <= TO that were never sent.
 
     FROM is exclusive and TO inclusive: --from 2026-11-30 --to 2026-12-01 sends a daily
     00:00 UTC fire of 2026-12-01, not the one of 2026-11-30. A time without an offset is
     UTC. Fires already in the ledger (sent by Beat, a trigger or an earlier backfill) are
-    not sent again; more than --limit fires in the range is refused.
+    not sent again; more than --limit fires in the range is refused. --dry-run lists the
+    fires it would send (the first 20) and how many are in the ledger, sending nothing.
     """
     after = instant_option(start, "--from")
     until = instant_option(end, "--to")
@@ -201,7 +216,13 @@ def backfill(ctx: click.Context, name: str, start: str, end: str, limit: int) ->
         raise click.BadParameter(
             f"must be later than --from ({when(after)}), got {when(until)}", param_hint="--to"
         )
-    report = store_of(ctx, check_tasks=False).backfill(name, after, until, limit=limit)
+    store = store_of(ctx, check_tasks=False)
+    if dry_run:
+        preview = store.preview_backfill(name, after, until, limit=limit)
+        first = f" (the first {LISTED_FIRES})" if len(preview.fires) == LISTED_FIRES else ""
+        show_preview(preview, zone_of(store.get(name).schedule), f"fires it sends{first}:")
+        return
+    report = store.backfill(name, after, until, limit=limit)
     click.echo(
         f"sent {report.sent} fires of {name} in ({when(after)}, {when(until)}]; "
         f"{report.already} were already in the ledger"

@@ -1,53 +1,29 @@
 """How the command line shows and reads instants.
 
 Shown: in UTC (``2026-11-30 02:30:00Z``), or, for a cron schedule in a zone other than
-UTC, on that zone's clock next to UTC (``2027-03-28 03:30 BST (02:30Z)``). Read: ISO
-8601 with or without seconds, a ``Z`` or an offset, or a plain date; naive means UTC.
+UTC, on that zone's clock next to UTC (``2027-03-28 03:30 BST (02:30Z)``): ``when`` and
+``zone_of`` live in :mod:`celery_gaffer.schedules.display` (the console and the previews
+show instants the same way) and are re-exported here. Read: ISO 8601 with or without
+seconds, a ``Z`` or an offset, or a plain date; naive means UTC.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime
 
 import click
 
-from ..schedules.cron_engine import load_zone
-from ..schedules.kinds import Cron, Every
+# Shown the same way by every command, the console and the previews.
+from ..schedules.display import UTC
+from ..schedules.display import when as when
+from ..schedules.display import zone_of as zone_of
 
-UTC = timezone.utc
-# Zone names whose clock is UTC: shown as plain UTC.
-_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
 _EXAMPLES = "2026-11-30, 2026-11-30 21:30, 2026-11-30T21:30:00Z or 2026-11-30T21:30+01:00"
 _ISO = re.compile(
     r"\d{4}-\d{2}-\d{2}"  # a date, then maybe a time: minutes, maybe seconds and fraction
     r"([T ]\d{2}:\d{2}(:\d{2}(\.\d{3}(\d{3})?)?)?(Z|[+-]\d{2}:\d{2})?)?"
 )
-
-
-def zone_of(schedule: Cron | Every | None) -> tzinfo | None:
-    """The zone a schedule's times are shown in: a cron schedule's zone other than UTC;
-    None (UTC) for UTC, ``every`` and unreadable schedules."""
-    if not isinstance(schedule, Cron) or schedule.tz in _UTC_NAMES:
-        return None
-    try:
-        return load_zone(schedule.tz)
-    except ValueError:  # InvalidSchedule: a zone this machine's tzdata does not know
-        return None
-
-
-def when(value: datetime | None, zone: tzinfo | None = None) -> str:
-    """``value`` in UTC, or on ``zone``'s clock with its abbreviation and UTC in brackets
-    (the UTC date too when it differs); seconds only when they are not zero."""
-    if value is None:
-        return "-"
-    utc = value.astimezone(UTC)
-    if zone is None:
-        return utc.strftime("%Y-%m-%d %H:%M:%SZ")
-    local = utc.astimezone(zone)
-    clock = "%H:%M" if utc.second == 0 and utc.microsecond == 0 else "%H:%M:%S"
-    utc_text = utc.strftime(clock if local.date() == utc.date() else f"%Y-%m-%d {clock}")
-    return f"{local.strftime(f'%Y-%m-%d {clock}')} {local.tzname()} ({utc_text}Z)"
 
 
 def parse_instant(text: str) -> datetime:

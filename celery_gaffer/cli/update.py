@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import tzinfo
+from typing import Any, cast
 
 import click
 
+from ..schedules.changes import ScheduleChanges, new_timing
+from ..schedules.preview import Preview
 from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from ..store.schedule_rows import StoredSchedule
 from .base import describe, fail, gaffer, gaffer_errors, json_option, store_of
 from .times import when, zone_of
+
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Show what it would do (checked the same way); change nothing."
+)
 
 #: How many of the next fires ``update`` shows.
 NEXT_FIRES = 3
@@ -35,6 +42,7 @@ _OPTIONS += "--overlap, --starting-deadline or --grace"
     "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
 )
 @click.option("--grace", type=float, default=None, help="Seconds before a fire counts as late.")
+@dry_run_option
 @click.pass_context
 @gaffer_errors
 def update(
@@ -52,13 +60,15 @@ def update(
     overlap: str | None,
     starting_deadline: float | None,
     grace: float | None,
+    dry_run: bool,
 ) -> None:
     """Change only the given fields of schedule NAME and show its next fires.
 
     Everything is checked before anything is written. A paused schedule stays paused.
     A new timing (--cron, --every, --tz, --jitter) starts from now: its first fire is the
     first after the edit. Running Beats use the edit on their next tick. Schedules from
-    app.conf.beat_schedule are changed there, not here.
+    app.conf.beat_schedule are changed there, not here. --dry-run checks the changes the
+    same way and shows the timing and next fires they would give, changing nothing.
     """
     changes: dict[str, Any] = {
         key: value
@@ -91,6 +101,12 @@ def update(
     if cron_expr is not None and every_seconds is not None:
         fail("give only one of --cron EXPR or --every SECONDS")
     store = store_of(ctx)
+    if dry_run:
+        preview = store.preview_update(name, **changes)
+        current = store.get(name).schedule
+        timing = new_timing(name, current, cast(ScheduleChanges, changes))
+        show_preview(preview, zone_of(timing or current))
+        return
     before = store.get(name)
     after = store.update(name, **changes)
     differences = changed(before, after)
@@ -107,6 +123,17 @@ def update(
             f"note: {name} comes from app.conf.beat_schedule: Beat's next start puts back"
             " the configured values; change it there to keep this"
         )
+
+
+def show_preview(preview: Preview, zone: tzinfo | None, heading: str = "next fires:") -> None:
+    """A ``--dry-run``'s output: the preview's summary, its fires under ``heading``, and
+    that nothing changed."""
+    click.echo(preview.summary)
+    if preview.fires:
+        click.echo(heading)
+    for fire in preview.fires:
+        click.echo(f"  {when(fire, zone)}")
+    click.echo("dry run: nothing was changed")
 
 
 def changed(before: StoredSchedule, after: StoredSchedule) -> list[tuple[str, str, str]]:

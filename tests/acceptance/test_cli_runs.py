@@ -368,3 +368,31 @@ def test_update_changes_the_zone_only_and_shows_the_next_fires(project: Project)
         project.celery("update", "nope", "--tz", "UTC")
     )
     assert "nothing to change" in one_error_line(project.celery("update", "beat"))
+
+
+def test_backfill_dry_run_lists_in_the_zone_what_backfill_then_sends(project: Project) -> None:
+    project.ok("add", "nightly", "proj.report", "--cron", "30 2 * * *", "--tz", "Europe/London")
+    args = ("backfill", "nightly", "--from", "2026-10-20", "--to", "2026-10-30")
+    out = project.ok(*args, "--dry-run")
+    assert _ledger(project) == []  # nothing sent, nothing written
+    lines = out.splitlines()
+    # London leaves summer time on 25 October: 02:30 is 01:30Z before, 02:30Z after.
+    assert lines[:2] == [
+        "backfill sends 10 fires (2026-10-20 02:30 BST (01:30Z) ... 2026-10-29 02:30 GMT "
+        "(02:30Z)); none is already in the ledger",
+        "fires it sends:",
+    ]
+    assert lines[-1] == "dry run: nothing was changed"
+
+    assert "sent 10 fires of nightly" in project.ok(*args)
+    sent = [fire.replace(tzinfo=UTC) for fire in _ledger(project)]
+    expected = []
+    for fire in sent:
+        local = fire.astimezone(LONDON)
+        expected.append(f"  {local:%Y-%m-%d} 02:30 {local.tzname()} ({fire:%H:%M}Z)")
+    assert lines[2:-1] == expected
+    again = project.ok(*args, "--dry-run").splitlines()
+    assert again == [
+        "backfill sends nothing: the range's 10 fires are in the ledger already",
+        "dry run: nothing was changed",
+    ]

@@ -3,8 +3,9 @@ tick (real Redis broker) uses the edit without a restart."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -17,6 +18,7 @@ from celery_gaffer import Scheduler, ScheduleStore, cron, every
 from celery_gaffer.cli import gaffer
 
 from ..support import FrozenClock, message_headers
+from .test_previews import database_rows
 
 UTC = timezone.utc
 
@@ -174,3 +176,124 @@ def test_unknown_names_are_refused_and_config_schedules_say_beat_puts_them_back(
     assert result.exit_code == 0, result.output
     assert "note: from-config comes from app.conf.beat_schedule" in result.output
     assert ScheduleStore(app).get("from-config").schedule == every(30)
+
+
+# -- --dry-run: update, resume and backfill show their preview and change nothing -------
+
+
+def test_update_dry_run_shows_the_fires_the_update_then_gives_and_changes_nothing(
+    app: Celery, redis_url: str
+) -> None:
+    ScheduleStore(app).add("nightly", "t.report", cron("30 2 * * *"))
+    before = database_rows(app)
+    result = gaffer_cli(app, "update", "nightly", "--tz", "Europe/London", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert database_rows(app) == before
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "after the edit: cron '30 2 * * *' Europe/London (a new timing: it starts from now); "
+        "next fire "
+    )
+    assert lines[-1] == "dry run: nothing was changed"
+    assert lines[1] == "next fires:"
+    fires = lines[2:-1]
+    assert len(fires) == 5
+    assert all(" 02:30 " in line and line.startswith("  ") for line in fires)
+
+    done = gaffer_cli(app, "update", "nightly", "--tz", "Europe/London")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[-3:] == fires[:3]  # the same next fires, as previewed
+    assert message_headers(redis_url) == []
+
+
+def test_resume_dry_run_counts_the_paused_fires_and_changes_nothing(app: Celery) -> None:
+    now = datetime.now(UTC)
+    earlier = ScheduleStore(app, clock=FrozenClock(now - timedelta(days=3)))
+    earlier.add("nightly", "t.report", cron("30 2 * * *", "Asia/Tokyo"))
+    earlier.pause("nightly")
+    before = database_rows(app)
+    result = gaffer_cli(app, "resume", "nightly", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert database_rows(app) == before
+    lines = result.stdout.splitlines()
+    # Exactly three 02:30 (Tokyo) fires fall in any three days.
+    assert lines[0].startswith("resuming sends nothing now: the next fire is ")
+    assert lines[0].endswith(" 17:30Z); 3 fires while paused are not sent")
+    fire = re.compile(r"  \d{4}-\d\d-\d\d 02:30 JST \(\d{4}-\d\d-\d\d 17:30Z\)")
+    assert len(lines) == 8
+    assert lines[1] == "next fires:"
+    assert all(fire.fullmatch(line) for line in lines[2:-1]), lines
+    assert lines[2].strip() in lines[0]
+    assert lines[-1] == "dry run: nothing was changed"
+
+    done = gaffer_cli(app, "resume", "nightly")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.strip() == f"resumed nightly, next fire {lines[2].strip()}"
+
+
+def test_backfill_dry_run_lists_the_fires_backfill_sends_and_sends_nothing(
+    app: Celery, redis_url: str
+) -> None:
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    store = ScheduleStore(app)
+    store.add("hourly", "t.report", every(3600))
+    store.backfill("hourly", hour - timedelta(hours=5), hour - timedelta(hours=3))
+    sent = len(message_headers(redis_url))
+    assert sent == 2
+    start, end = (hour - timedelta(hours=5)).isoformat(), (hour - timedelta(hours=1)).isoformat()
+    before = database_rows(app)
+    result = gaffer_cli(app, "backfill", "hourly", "--from", start, "--to", end, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert database_rows(app) == before
+    assert len(message_headers(redis_url)) == sent
+    fires = [hour - timedelta(hours=2), hour - timedelta(hours=1)]
+    shown = [f"{fire:%Y-%m-%d %H:%M:%S}Z" for fire in fires]
+    assert result.stdout.splitlines() == [
+        f"backfill sends 2 fires ({shown[0]} ... {shown[1]}); 2 are already in the ledger",
+        "fires it sends:",
+        f"  {shown[0]}",
+        f"  {shown[1]}",
+        "dry run: nothing was changed",
+    ]
+
+    done = gaffer_cli(app, "backfill", "hourly", "--from", start, "--to", end)
+    assert done.exit_code == 0, done.output
+    assert "sent 2 fires" in done.stdout
+    assert "2 were already in the ledger" in done.stdout
+    assert [h["gaffer_nominal_at"] for h in message_headers(redis_url)[sent:]] == [
+        f"{fire:%Y-%m-%dT%H:%M:%S}Z" for fire in fires
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["resume", "nope", "--dry-run"], "no schedule named 'nope'"),
+        (["update", "hourly", "--tz", "Europe/London", "--dry-run"], "a zone applies only to"),
+        (
+            ["backfill", "hourly", "--from", "2026-01-01", "--to", "2999-01-01", "--dry-run"],
+            "to: a backfill covers the past only",
+        ),
+        (
+            [
+                "backfill",
+                "hourly",
+                "--from",
+                "2026-01-01",
+                "--to",
+                "2026-03-01",
+                "--limit",
+                "5",
+                "--dry-run",
+            ],
+            "more than 5 fires",
+        ),
+    ],
+)
+def test_a_bad_dry_run_is_one_line_and_changes_nothing(
+    app: Celery, args: list[str], words: str
+) -> None:
+    ScheduleStore(app).add("hourly", "t.report", every(3600))
+    before = database_rows(app)
+    assert words in error_line(gaffer_cli(app, *args))
+    assert database_rows(app) == before

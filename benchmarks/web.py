@@ -1,0 +1,338 @@
+"""The web console at 100,000 schedules: its first pages against the plain SQL of the same page.
+
+    .venv/bin/python benchmarks/web.py                 # 100,000 schedules, ~20 s
+    .venv/bin/python benchmarks/web.py --schedules 10000 --requests 20
+    make bench-web
+
+In a throwaway PostgreSQL database, ``--schedules`` schedules are stored with
+``ScheduleStore.add_many`` (every tenth a cron schedule in Europe/London, every
+hundredth paused), with two run records each, then ``VACUUM ANALYZE``. A real
+``celery -A benchproj gaffer web`` process (uvicorn) serves them; this script asks it for
+each page ``--requests`` times over one keep-alive HTTP connection, after 5 requests of
+warm-up, and takes the median wall time of a whole response (status line to last byte).
+The pages: the first, one from the middle (``after=``), ``state=paused``, a search by
+name that only the last names match (the worst case: every name is looked at), and
+the first again once every row's stored health word is stale (Beat stopped a day ago), so the
+console evaluates each row of the page with Beat's rules.
+
+The reference is the plain SQL of the same page, run the same number of times over one
+psycopg connection and fetched whole: ``SELECT * FROM gaffer_schedules ORDER BY name
+LIMIT 50`` (with the page's ``WHERE``, if any). The console does more than that query
+(each row's latest run, health, next fires in words, the HTML), so the ratio says what
+that costs, and the absolute time says whether it stays small.
+
+Exits 1 when the first page of ``/schedules`` or ``/api/schedules`` takes 100 ms or more
+(median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import (
+    create_database,
+    drop_database,
+    format_table,
+    median,
+    new_database_name,
+    pg_dsn,
+    pg_sqlalchemy_url,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+UTC = timezone.utc
+TASK = "benchproj.report"
+PAGE = 50
+TARGET_MS = 100.0
+WARM_UP = 5
+PROJECT = f"""
+import os
+from celery import Celery
+
+app = Celery("benchproj", broker="memory://")
+app.conf.gaffer_database_url = os.environ["BENCH_DATABASE"]
+
+
+@app.task(name={TASK!r})
+def report():
+    return None
+"""
+STARTED = re.compile(r"Gaffer console on http://127\.0\.0\.1:(\d+)/")
+# One column list for every reference query: the page's rows, whole.
+SELECT_PAGE = "SELECT * FROM gaffer_schedules"
+
+
+def load(database: str, count: int) -> None:
+    """``count`` schedules through ``add_many``, two runs each, then VACUUM ANALYZE."""
+    import psycopg
+    from celery import Celery
+
+    from celery_gaffer import ScheduleStore, cron, every
+    from celery_gaffer.store import database_for
+
+    app = Celery("bench", broker="memory://", set_as_current=False)
+    app.conf.gaffer_database_url = pg_sqlalchemy_url(database)
+    database_for(app).migrate()
+    base = datetime.now(UTC) + timedelta(hours=1)
+    entries = (
+        {
+            "name": f"tenant-{i:07d}",
+            "task": TASK,
+            "schedule": (
+                cron(f"{i % 60} {i % 24} * * *", "Europe/London")
+                if i % 10 == 0
+                else every(86400, anchor=base + timedelta(seconds=i % 86400))
+            ),
+            "kwargs": {"tenant": i},
+        }
+        for i in range(count)
+    )
+    ScheduleStore(app, check_tasks=False).add_many(entries)
+    with psycopg.connect(pg_dsn(database), autocommit=True) as conn:
+        conn.execute("UPDATE gaffer_schedules SET enabled = false WHERE name LIKE '%00'")
+        # Two runs per schedule, as the run recorder writes them: one succeeded, the
+        # latest failed; the console looks the latest one up for each row of a page.
+        conn.execute(
+            """
+            INSERT INTO gaffer_job_runs (task_id, task_name, schedule, nominal_at, key,
+                attempt, state, started_at, finished_at, duration, worker, error_type,
+                error_message, updated_at)
+            SELECT 'bench-' || s.name || '-' || r.n, %(task)s, s.name,
+                now() - make_interval(days => r.n), s.name || '@' || r.n, 1,
+                CASE r.n WHEN 1 THEN 'failed' ELSE 'succeeded' END,
+                now() - make_interval(days => r.n), now() - make_interval(days => r.n),
+                1.5, 'celery@bench', CASE r.n WHEN 1 THEN 'TimeoutError' END,
+                CASE r.n WHEN 1 THEN 'the bank API timed out' END, now()
+            FROM gaffer_schedules s CROSS JOIN generate_series(1, 2) AS r(n)
+            """,
+            {"task": TASK},
+        )
+        conn.execute("VACUUM ANALYZE gaffer_schedules")
+        conn.execute("VACUUM ANALYZE gaffer_job_runs")
+
+
+class Console:
+    """A real ``celery gaffer web`` process on a free port, and a keep-alive client."""
+
+    def __init__(self, database: str, folder: Path) -> None:
+        (folder / "benchproj.py").write_text(PROJECT)
+        env = {
+            **os.environ,
+            "BENCH_DATABASE": pg_sqlalchemy_url(database),
+            "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("GAFFER_WEB_TOKEN", None)
+        self.log = folder / "web.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "benchproj", "gaffer", "web", "--port", "0"],
+            cwd=folder,
+            env=env,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self.port = self._wait_for_port()
+        self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
+    def _wait_for_port(self, timeout: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = STARTED.search(self.log.read_text(errors="replace"))
+            if found:
+                return int(found.group(1))
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the console did not start:\n{self.log.read_text()[-3000:]}")
+
+    def get(self, path: str) -> bytes:
+        self.connection.request("GET", path)
+        response = self.connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: {response.status} {body[:300]!r}")
+        return body
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def timed(call: Callable[[], Any], requests: int) -> tuple[list[float], Any]:
+    """Milliseconds of each of ``requests`` calls after the warm-up; the last result."""
+    result = None
+    for _ in range(WARM_UP):
+        result = call()
+    times = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        result = call()
+        times.append((time.perf_counter() - started) * 1000)
+    return times, result
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def measure(database: str, console: Console, count: int, requests: int) -> list[dict[str, Any]]:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    middle = f"tenant-{count // 2:07d}"
+    last = f"{count - 1:07d}"[-5:]  # the last name's digits: few other names hold them
+    cases = [
+        # (what, page path, API path, the plain SQL's WHERE and parameters)
+        ("first page", "/schedules", "/api/schedules", "", {}),
+        (
+            "a page from the middle (after=)",
+            f"/schedules?after={middle}",
+            f"/api/schedules?after={middle}",
+            "WHERE name > %(after)s",
+            {"after": middle},
+        ),
+        (
+            "state=paused",
+            "/schedules?state=paused",
+            "/api/schedules?state=paused",
+            "WHERE error IS NULL AND NOT enabled",
+            {},
+        ),
+        (
+            f"q={last} (matches at the end)",
+            f"/schedules?q={last}",
+            f"/api/schedules?q={last}",
+            "WHERE name ILIKE %(q)s",
+            {"q": f"%{last}%"},
+        ),
+        ("first page, every health word stale", "/schedules", "/api/schedules", "", {}),
+    ]
+    rows = []
+    with psycopg.connect(pg_dsn(database), autocommit=True, row_factory=dict_row) as conn:
+        for number, (what, page, api, where, parameters) in enumerate(cases):
+            if number == len(cases) - 1:
+                # Beat stopped long ago: no stored health word is current any more, so
+                # the console evaluates every row of the page with Beat's rules.
+                conn.execute("UPDATE gaffer_schedules SET check_at = now() - interval '1 day'")
+                conn.execute("VACUUM ANALYZE gaffer_schedules")
+            sql = f"{SELECT_PAGE} {where} ORDER BY name LIMIT {PAGE}"
+            sql_ms, fetched = timed(
+                lambda sql=sql, parameters=parameters: conn.execute(sql, parameters).fetchall(),
+                requests,
+            )
+            page_ms, html = timed(lambda page=page: console.get(page), requests)
+            api_ms, body = timed(lambda api=api: console.get(api), requests)
+            shown = html.count(b"<tr data-schedule=")
+            listed = json.loads(body)
+            if not (len(fetched) == shown == len(listed) >= 1):
+                raise RuntimeError(
+                    f"{what}: SQL {len(fetched)} rows, page {shown}, API {len(listed)}"
+                )
+            if [row["name"] for row in listed] != [row["name"] for row in fetched]:
+                raise RuntimeError(f"{what}: the API's names differ from the SQL's")
+            rows.append(
+                {
+                    "what": what,
+                    "sql": median(sql_ms),
+                    "page": median(page_ms),
+                    "page_p90": percentile(page_ms, 0.9),
+                    "page_kb": len(html) / 1024,
+                    "api": median(api_ms),
+                    "api_p90": percentile(api_ms, 0.9),
+                }
+            )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=50, help="timed requests per figure")
+    args = parser.parse_args()
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    database = new_database_name("web")
+    create_database(database)
+    try:
+        started = time.perf_counter()
+        load(database, args.schedules)
+        print(
+            f"{args.schedules:,} schedules and {2 * args.schedules:,} runs stored in "
+            f"{time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
+        with tempfile.TemporaryDirectory(prefix="gaffer-bench-web-") as folder:
+            console = Console(database, Path(folder))
+            try:
+                results = measure(database, console, args.schedules, args.requests)
+            finally:
+                console.stop()
+    finally:
+        drop_database(database)
+    print()
+    print(
+        f"median of {args.requests} requests (ms), {PAGE} schedules a page, "
+        f"{args.schedules:,} schedules:"
+    )
+    print(
+        format_table(
+            [
+                "page",
+                "plain SQL",
+                "/schedules",
+                "p90",
+                "ratio",
+                "KiB",
+                "/api/schedules",
+                "p90",
+                "ratio",
+            ],
+            [
+                [
+                    r["what"],
+                    f"{r['sql']:.2f}",
+                    f"{r['page']:.1f}",
+                    f"{r['page_p90']:.1f}",
+                    f"{r['page'] / r['sql']:.1f}x",
+                    f"{r['page_kb']:.0f}",
+                    f"{r['api']:.1f}",
+                    f"{r['api_p90']:.1f}",
+                    f"{r['api'] / r['sql']:.1f}x",
+                ]
+                for r in results
+            ],
+        )
+    )
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    first = results[0]
+    missed = [name for name in ("page", "api") if first[name] >= TARGET_MS]
+    if missed:
+        print(
+            f"target missed: the first page of {', '.join(missed)} took {TARGET_MS:.0f} ms or more"
+        )
+        return 1
+    print(f"target met: the first pages answer in under {TARGET_MS:.0f} ms (median)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The console's JSON API under ``/api/``: the pages' data and actions.
+
+Reads are open like the pages. Writes need ``Authorization: Bearer <token>`` (401
+without it) and a console with a token (403 on a read-only one). Errors are
+``{"error": "..."}``: 400 for bad input (the GafferError's message, naming the field),
+404 for an unknown schedule.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..exceptions import InvalidInput
+from ..protocol import RunState
+from ..schedules.explain import Explanation
+from . import actions
+from .console import PAGE_SIZE
+from .pages import console_of, filters, shown_runs
+from .present import fire_json, iso, run_json, schedule_json
+from .security import READ_ONLY
+
+#: Most schedules one API page returns.
+MAX_LIMIT = 500
+
+
+def error(status: int, text: str) -> JSONResponse:
+    return JSONResponse({"error": " ".join(text.split())}, status)
+
+
+def schedules(request: Request) -> Response:
+    state, search, after = filters(request)
+    limit = _limit(request.query_params.get("limit"))
+    page = console_of(request).page(state=state, search=search, after=after, limit=limit)
+    body = [schedule_json(v.stored, v.state, v.reason, v.last_run) for v in page.schedules]
+    headers = {}
+    if page.next_after is not None:
+        query = {"state": state, "q": search, "limit": str(limit), "after": page.next_after}
+        kept = {key: value for key, value in query.items() if value}
+        headers["link"] = f'</api/schedules?{urlencode(kept)}>; rel="next"'
+    return JSONResponse(body, headers=headers)
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return PAGE_SIZE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise InvalidInput(f"limit: expected a whole number from 1 to {MAX_LIMIT}", field="limit")
+    return int(text)
+
+
+def schedule(request: Request) -> Response:
+    name = request.path_params["name"]
+    found = console_of(request).detail(name)
+    if found is None:
+        return error(404, f"name: no schedule named {name!r}")
+    view = found.view
+    body = schedule_json(view.stored, view.state, view.reason, None)
+    body["next_fires"] = _next_fires(found.explanation)
+    body["clock_changes"] = [
+        {"at": iso(change.at), "rule": str(change.rule), "effect": change.effect}
+        for change in (found.explanation.transitions if found.explanation else ())
+    ]
+    body["fires"] = [fire_json(fire) for fire in found.fires]
+    body["runs"] = [run_json(run) for run in found.runs]
+    return JSONResponse(body)
+
+
+def _next_fires(explanation: Explanation | None) -> list[dict[str, Any]]:
+    if explanation is None:
+        return []
+    return [
+        {"at": iso(fire.utc), "local": fire.local.isoformat(), "zone": fire.abbreviation}
+        for fire in explanation.fires
+    ]
+
+
+def runs(request: Request) -> Response:
+    state = request.query_params.get("state") or None
+    if state is not None and state not in {str(s) for s in RunState}:
+        raise InvalidInput(f"state: expected one of {', '.join(RunState)}", field="state")
+    schedule_name = request.query_params.get("schedule") or None
+    rows = console_of(request).runs(state=state, schedule=schedule_name)
+    return JSONResponse([run_json(row) for row in shown_runs(rows)])
+
+
+def alerts(request: Request) -> Response:
+    found, more = console_of(request).alerts()
+    body = [
+        {
+            "schedule": view.name,
+            "state": view.state,
+            "reason": view.reason,
+            "next_fire_at": iso(view.stored.next_fire_at),
+            "error": view.stored.error,
+        }
+        for view in found
+    ]
+    headers = {"x-more-alerts": "true"} if more else {}
+    return JSONResponse(body, headers=headers)
+
+
+async def act(request: Request) -> Response:
+    """POST ``/api/schedules/{name}/pause|resume|trigger|backfill`` (JSON body: ``from``,
+    ``to`` for a backfill; ``dry_run`` for resume and backfill: the preview only)."""
+    action = request.path_params["action"]
+    if action not in ("pause", "resume", "trigger", "backfill"):
+        return error(404, f"action: no action {action!r}")
+    return await _write(request, action)
+
+
+async def edit(request: Request) -> Response:
+    """PATCH ``/api/schedules/{name}``: the fields to change (``dry_run``: the preview)."""
+    return await _write(request, "edit")
+
+
+async def _write(request: Request, action: str) -> Response:
+    guard = console_of(request).guard
+    if guard.read_only:
+        return error(403, READ_ONLY)
+    if not guard.bearer_ok(request):
+        return error(401, "this action needs the header Authorization: Bearer <token>")
+    given = await _body(request)
+    dry_run = given.pop("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise InvalidInput("dry_run: expected true or false", field="dry_run")
+    return await run_in_threadpool(_do, request, action, given, dry_run)
+
+
+def _do(request: Request, action: str, given: dict[str, Any], dry_run: bool) -> Response:
+    store = console_of(request).store
+    name = request.path_params["name"]
+    if dry_run:
+        if action not in actions.PREVIEWED:
+            raise InvalidInput(f"dry_run: {action} has no preview", field="dry_run")
+        found = actions.preview(store, name, action, given, from_form=False)
+        return JSONResponse({"dry_run": True, "preview": actions.preview_json(found)})
+    outcome = actions.apply(store, name, action, given, from_form=False)
+    return JSONResponse({"done": action, "message": outcome.message, **outcome.facts})
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"body: not valid JSON ({exc})", field="body") from exc
+    if not isinstance(body, dict):
+        raise InvalidInput("body: expected a JSON object", field="body")
+    return body

@@ -1,0 +1,99 @@
+"""``create_app``: the web console of one Celery app, as a Starlette (ASGI) application."""
+
+from __future__ import annotations
+
+import logging
+from importlib.resources import files
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..clock import Clock, utcnow
+from ..exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError, ScheduleNotFound
+from ..schedule_store import ScheduleStore
+from ..store import database_for
+from . import api, pages
+from .console import Console
+from .security import Guard, SecurityHeaders, resolve_token
+
+logger = logging.getLogger("celery_gaffer.web")
+
+_STYLESHEET = files("celery_gaffer.web").joinpath("templates/console.css")
+
+
+def create_app(
+    celery_app: Any, *, token: str | None = None, clock: Clock | None = None
+) -> Starlette:
+    """The console of ``celery_app``'s Gaffer database (checked: it must be migrated).
+
+    ``token`` is what actions need; None reads ``app.conf.gaffer_web_token``, then the
+    environment's ``GAFFER_WEB_TOKEN``; "" (or neither set) makes the console read-only.
+    ``clock`` is "now" for health and next fires (tests pass a fixed one).
+    """
+    database = database_for(celery_app)
+    database.check_ready()
+    now = clock or utcnow
+    console = Console(
+        app=celery_app,
+        database=database,
+        store=ScheduleStore(celery_app, clock=now),
+        guard=Guard(resolve_token(celery_app, token)),
+        clock=now,
+    )
+    routes = [
+        Route("/", pages.index),
+        Route("/console.css", stylesheet),
+        Route("/schedules", pages.schedules),
+        Route("/schedules/{name:path}/{action}", pages.act, methods=["POST"]),
+        Route("/schedules/{name:path}", pages.detail),
+        Route("/runs", pages.runs),
+        Route("/alerts", pages.alerts),
+        Route("/login", pages.login_form, methods=["GET"]),
+        Route("/login", pages.login, methods=["POST"]),
+        Route("/logout", pages.logout, methods=["POST"]),
+        Route("/api/schedules", api.schedules),
+        Route("/api/schedules/{name:path}/{action}", api.act, methods=["POST"]),
+        Route("/api/schedules/{name:path}", api.schedule, methods=["GET"]),
+        Route("/api/schedules/{name:path}", api.edit, methods=["PATCH"]),
+        Route("/api/runs", api.runs),
+        Route("/api/alerts", api.alerts),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders)],
+        exception_handlers={GafferError: gaffer_error, HTTPException: http_error},
+    )
+    app.state.console = console
+    return app
+
+
+def stylesheet(request: Request) -> Response:
+    return Response(_STYLESHEET.read_text(), media_type="text/css")
+
+
+async def gaffer_error(request: Request, exc: Exception) -> Response:
+    """A GafferError as a 400 (404 for an unknown schedule, 503 for the database), in
+    JSON under ``/api/``, else as a page. The database's URL is never shown."""
+    status = 400
+    text = str(exc)
+    if isinstance(exc, ScheduleNotFound):
+        status = 404
+    elif isinstance(exc, (DatabaseUnavailable, DatabaseNotReady)):
+        logger.error("%s", exc, extra={"action": "web_database_unavailable"})
+        status, text = 503, "the Gaffer database is unavailable: see the console's log"
+    if request.url.path.startswith("/api/"):
+        return api.error(status, text)
+    return pages.message(request, status, "Refused" if status < 500 else "Unavailable", text)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": exc.detail}, exc.status_code)
+    title = {404: "Not found", 405: "Not allowed"}.get(exc.status_code, "Error")
+    return pages.message(request, exc.status_code, title, str(exc.detail))

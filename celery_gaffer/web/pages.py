@@ -1,0 +1,276 @@
+"""The console's HTML pages: schedules, a schedule's detail, runs, alerts, login, and the
+actions' forms (with a confirmation page for resume, backfill and edit).
+
+Pages are rendered on the server by Jinja2 with autoescape on, so every user-written
+value (names, arguments, errors) is shown as text. GET never changes anything. Handlers
+that read the database are plain functions, which Starlette runs in its thread pool.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import tzinfo
+from typing import Any, cast
+from urllib.parse import quote, unquote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..exceptions import InvalidInput
+from ..protocol import RunState
+from ..schedules.changes import ScheduleChanges, new_timing
+from ..schedules.display import describe, when, zone_of
+from ..schedules.kinds import schedule_from_dict
+from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
+from ..store.console import STATES
+from ..store.schedule_rows import decode_json
+from . import actions
+from .console import Console
+from .present import duration, in_words, run_reason, zone_name
+from .security import READ_ONLY, SESSION_COOKIE
+
+FLASH_COOKIE = "gaffer_flash"
+
+
+@functools.cache
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("celery_gaffer.web", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["path"] = lambda name: quote(str(name), safe="")
+    env.globals.update(
+        when=when,
+        describe=describe,
+        in_words=in_words,
+        zone_name=zone_name,
+        duration=duration,
+        seconds=lambda value: "default" if value is None else f"{value:g}s",
+        read_only_note=READ_ONLY,
+        states=STATES,
+        run_states=[str(state) for state in RunState],
+        catchup_policies=CATCHUP_POLICIES,
+        overlap_policies=OVERLAP_POLICIES,
+    )
+    return env
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """``template`` rendered with what every page shows (login state, CSRF, flash)."""
+    guard = console_of(request).guard
+    flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
+    page = (
+        environment()
+        .get_template(template)
+        .render(
+            read_only=guard.read_only,
+            logged_in=guard.logged_in(request),
+            csrf=guard.csrf_token(request),
+            flash=flash,
+            **context,
+        )
+    )
+    response = HTMLResponse(page, status)
+    if flash:
+        response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+def message(request: Request, status: int, title: str, text: str, back: str = "") -> HTMLResponse:
+    """A page saying one thing: an error, a refusal."""
+    kind = "error" if status >= 400 else "note"
+    return render(request, "message.html", status, title=title, message=text, kind=kind, back=back)
+
+
+def index(request: Request) -> Response:
+    return RedirectResponse("/schedules", status_code=302)
+
+
+def schedules(request: Request) -> Response:
+    state, search, after = filters(request)
+    page = console_of(request).page(state=state, search=search, after=after)
+    base = {key: value for key, value in (("state", state), ("q", search)) if value}
+    next_url = None
+    if page.next_after is not None:
+        next_url = "/schedules?" + urlencode({**base, "after": page.next_after})
+    first_url = "/schedules" + ("?" + urlencode(base) if base else "")
+    return render(
+        request,
+        "schedules.html",
+        title="Schedules",
+        section="schedules",
+        page=page,
+        state=state or "",
+        q=search or "",
+        after=after,
+        next_url=next_url,
+        first_url=first_url,
+    )
+
+
+def filters(request: Request) -> tuple[str | None, str | None, str | None]:
+    """``state``, ``q`` and ``after`` of a schedules query (InvalidInput for a bad state)."""
+    params = request.query_params
+    state = params.get("state") or None
+    if state is not None and state not in STATES:
+        raise InvalidInput(f"state: expected one of {', '.join(STATES)}", field="state")
+    return state, params.get("q") or None, params.get("after") or None
+
+
+def detail(request: Request) -> Response:
+    name = request.path_params["name"]
+    found = console_of(request).detail(name)
+    if found is None:
+        return message(request, 404, "Not found", f"There is no schedule named {name!r}.")
+    return render(
+        request,
+        "detail.html",
+        title=name,
+        section="schedules",
+        detail=found,
+        runs=shown_runs(found.runs),
+    )
+
+
+def runs(request: Request) -> Response:
+    state = request.query_params.get("state") or None
+    schedule = request.query_params.get("schedule") or None
+    if state is not None and state not in {str(s) for s in RunState}:
+        raise InvalidInput(f"state: expected one of {', '.join(RunState)}", field="state")
+    rows = console_of(request).runs(state=state, schedule=schedule)
+    return render(
+        request,
+        "runs.html",
+        title="Runs",
+        section="runs",
+        runs=shown_runs(rows),
+        state=state or "",
+        schedule=schedule or "",
+    )
+
+
+def shown_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs with the zone their times are shown in and their reason."""
+    shown = []
+    for row in rows:
+        try:
+            definition = row.get("schedule_definition")
+            schedule = schedule_from_dict(decode_json(definition)) if definition else None
+        except (ValueError, TypeError):
+            schedule = None
+        shown.append({**row, "zone": zone_of(schedule), "reason": run_reason(row)})
+    return shown
+
+
+def alerts(request: Request) -> Response:
+    found, more = console_of(request).alerts()
+    return render(request, "alerts.html", title="Alerts", section="alerts", alerts=found, more=more)
+
+
+def login_form(request: Request) -> Response:
+    return render(request, "login.html", title="Log in", error="")
+
+
+async def login(request: Request) -> Response:
+    guard = console_of(request).guard
+    if guard.read_only:
+        return message(request, 403, "Read-only", READ_ONLY)
+    form = await request.form()
+    token = form.get("token")
+    if not isinstance(token, str) or not guard.token_matches(token):
+        return render(request, "login.html", 401, title="Log in", error="That token is wrong.")
+    response = RedirectResponse("/schedules", status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict", path="/"
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    refused = await _refusal(request)
+    if refused is not None:
+        return refused
+    response = RedirectResponse("/schedules", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+async def act(request: Request) -> Response:
+    """POST ``/schedules/{name}/{action}``: apply pause and trigger; show resume, backfill
+    and edit's preview first, and apply them when the form comes back with ``confirm=1``."""
+    name = request.path_params["name"]
+    action = request.path_params["action"]
+    if action not in actions.ACTIONS:
+        return message(request, 404, "Not found", f"There is no action {action!r}.")
+    refused = await _refusal(request)
+    if refused is not None:
+        return refused
+    form = await request.form()
+    given = {
+        key: value
+        for key, value in form.items()
+        if key not in ("csrf", "confirm") and isinstance(value, str)
+    }
+    confirmed = form.get("confirm") == "1"
+    # The database work runs in a thread: a slow query never holds up other requests.
+    return await run_in_threadpool(_act, request, name, action, given, confirmed)
+
+
+def _act(
+    request: Request, name: str, action: str, given: dict[str, str], confirmed: bool
+) -> Response:
+    console = console_of(request)
+    if action in actions.PREVIEWED and not confirmed:
+        preview = actions.preview(console.store, name, action, given, from_form=True)
+        return render(
+            request,
+            "confirm.html",
+            title=f"Confirm {action}",
+            section="schedules",
+            name=name,
+            action=action,
+            preview=preview,
+            zone=_zone_after(console, name, action, given),
+            fields=sorted(given.items()),
+        )
+    outcome = actions.apply(console.store, name, action, given, from_form=True)
+    response = RedirectResponse(f"/schedules/{quote(name, safe='')}", status_code=303)
+    response.set_cookie(
+        FLASH_COOKIE, quote(outcome.message), httponly=True, samesite="strict", path="/"
+    )
+    return response
+
+
+def _zone_after(console: Console, name: str, action: str, given: dict[str, str]) -> tzinfo | None:
+    """The zone a preview's fires are shown in: the schedule's, or the edited one's."""
+    current = console.store.get(name).schedule
+    if action != "edit":
+        return zone_of(current)
+    changes = cast(ScheduleChanges, actions.edit_changes(given, from_form=True))
+    edited = new_timing(name, current, changes)
+    return zone_of(edited or current)
+
+
+async def _refusal(request: Request) -> Response | None:
+    """Why a form post may not act (read-only, not logged in, bad CSRF), or None."""
+    guard = console_of(request).guard
+    if guard.read_only:
+        return message(request, 403, "Read-only", READ_ONLY)
+    if not guard.logged_in(request):
+        return message(request, 401, "Log in first", "Log in to act on schedules.", "/login")
+    form = await request.form()
+    given = form.get("csrf")
+    if not isinstance(given, str) or not guard.csrf_ok(request, given):
+        return message(
+            request, 403, "Refused", "The form's CSRF token is missing or wrong: reload the page."
+        )
+    return None
