@@ -60,7 +60,7 @@ def explain(
 ) -> None:
     """The next fires of schedule NAME (or of --cron EXPR --tz ZONE, or --every SECONDS),
     in its zone and in UTC, and what every DST change among them does to it."""
-    schedule = _schedule(ctx, name, cron_expr, tz, every_seconds)
+    schedule, enabled = _schedule(ctx, name, cron_expr, tz, every_seconds)
     count = _count(count_text)
     zone = tz if isinstance(schedule, Every) else None
     if around is not None and start_text is not None:
@@ -72,9 +72,17 @@ def explain(
         start = utcnow() if start_text is None else parse_start(start_text, shown_in)
         explanation = explain_schedule(schedule, start, count, zone=zone)
     if as_json:
-        click.echo(json.dumps({"name": name, **explanation.to_json()}))
-    else:
-        _print(explanation, name)
+        extra = {"name": name, "enabled": enabled, "jitter": schedule.jitter}
+        click.echo(json.dumps({**extra, **explanation.to_json()}))
+        return
+    _print(explanation, name)
+    if schedule.jitter:
+        click.echo(
+            f"note: jitter: each fire is sent up to {schedule.jitter:g}s after the nominal"
+            " time shown (the same delay every time for a given fire)"
+        )
+    if not enabled:
+        click.echo(f"note: {name} is paused: it fires these times only once resumed")
 
 
 def _schedule(
@@ -83,7 +91,8 @@ def _schedule(
     cron_expr: str | None,
     tz: str | None,
     every_seconds: str | None,
-) -> Cron | Every:
+) -> tuple[Cron | Every, bool]:
+    """The schedule to explain, and whether it is enabled (a stored one may be paused)."""
     if name is not None:
         if cron_expr is not None or every_seconds is not None or tz is not None:
             raise InvalidInput(
@@ -93,21 +102,21 @@ def _schedule(
         stored = store_of(ctx, check_tasks=False).get(name)
         if stored.schedule is None:
             raise InvalidInput(f"name: schedule {name!r} is in error: {stored.error}", field="name")
-        return stored.schedule
+        return stored.schedule, stored.enabled
     if (cron_expr is None) == (every_seconds is None):
         raise InvalidInput(
             "cron: give exactly one of a schedule NAME, --cron EXPR or --every SECONDS",
             field="cron",
         )
     if cron_expr is not None:
-        return cron(cron_expr, tz or "UTC")
+        return cron(cron_expr, tz or "UTC"), True
     try:
         seconds = float(every_seconds or "")
     except ValueError:
         raise InvalidInput(
             f"every: {every_seconds!r} is not a number of seconds", field="every"
         ) from None
-    return every(seconds)
+    return every(seconds), True
 
 
 def _count(text: str) -> int:

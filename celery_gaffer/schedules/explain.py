@@ -249,6 +249,9 @@ def _describe(schedule: Cron | Every, change: ClockChange) -> Transition:
         else:
             rule = Rule.GAP_END if change.kind == "gap" else Rule.FIRST_OCCURRENCE
     effect = f"{change.clocks()}; {_effect(change, matches, rule)}"
+    if rule is Rule.GAP_END and _matches(schedule, change.wall_to, change.wall_to + ONE_SECOND):
+        # The gap's end is one of the expression's own times: both are one fire.
+        effect += f", which is also its {clock(change.wall_to)} fire: one fire for both"
     return Transition(**asdict(change), matches=matches, rule=rule, effect=effect)
 
 

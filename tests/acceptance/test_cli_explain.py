@@ -76,6 +76,27 @@ def test_explain_a_stored_schedule_by_name(tmp_path: Path) -> None:
     assert unknown.stderr == "error: name: no schedule named 'nope'\n"
 
 
+def test_explain_says_when_a_stored_schedule_is_paused_or_jittered(tmp_path: Path) -> None:
+    database = tmp_path / "gaffer.sqlite3"
+    assert _gaffer(tmp_path, database, "migrate").returncode == 0
+    app = Celery("seed", set_as_current=False)
+    app.conf.gaffer_database_url = f"sqlite:///{database}"
+    store = ScheduleStore(app, check_tasks=False)
+    store.add("spread", "proj.nightly", cron("0 3 * * *", jitter=600))
+    store.add("held", "proj.nightly", cron("0 4 * * *"), gaffer={"enabled": False})
+    app.close()
+
+    spread = _ok(_celery(tmp_path, database, "spread", "--count", "1"))
+    assert spread[-1] == (
+        "note: jitter: each fire is sent up to 600s after the nominal time shown"
+        " (the same delay every time for a given fire)"
+    )
+    held = _ok(_celery(tmp_path, database, "held", "--count", "1"))
+    assert held[-1] == "note: held is paused: it fires these times only once resumed"
+    plain = _ok(_celery(tmp_path, database, "held", "--count", "1", "--json"))
+    assert (json.loads(plain[0])["enabled"], json.loads(plain[0])["jitter"]) == (False, 0.0)
+
+
 def test_explain_an_expression_around_a_date_needs_no_database(tmp_path: Path) -> None:
     database = tmp_path / "never.sqlite3"
     lines = _ok(

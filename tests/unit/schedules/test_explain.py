@@ -382,3 +382,14 @@ def test_from_a_wall_time_the_clocks_skip_or_repeat_starts_at_its_earlier_instan
         cron("30 1 * * *", "Europe/London"), parse_start(text, "Europe/London"), count=1
     )
     assert [fire.utc for fire in explanation.fires] == [first_fire]
+
+
+def test_a_gap_whose_end_is_also_a_time_of_the_expression_says_it_is_one_fire() -> None:
+    explanation = explain_around(cron("0 1,2 * * *", "Europe/London"), date(2027, 3, 28), 4)
+    [change] = explanation.transitions
+    assert change.effect.endswith(
+        "01:00 does not exist: fires once, at the gap's end, 02:00 BST (01:00Z),"
+        " which is also its 02:00 fire: one fire for both"
+    )
+    day = [fire.utc for fire in explanation.fires if fire.local.date() == date(2027, 3, 28)]
+    assert day == [datetime(2027, 3, 28, 1, 0, tzinfo=timezone.utc)]
