@@ -33,7 +33,7 @@ from .update import dry_run_option, show_preview
 @click.pass_context
 @gaffer_errors
 def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool) -> None:
-    """List schedules: name, task, when, next fire, state and source.
+    """List schedules: name, task, when, next fire, state, source and send options.
 
     NEXT FIRE is shown in the schedule's zone next to UTC for a cron schedule in a zone
     other than UTC (--utc: in UTC only).
@@ -44,7 +44,7 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool
             click.echo(json.dumps(schedule_json(stored)))
         return
     table(
-        ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE"),
+        ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE", "OPTIONS"),
         [
             (
                 s.name,
@@ -53,13 +53,25 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool
                 when(s.next_fire_at, None if in_utc else zone_of(s.schedule)),
                 state_of(s),
                 s.source,
+                options_text(s.options),
             )
             for s in rows
         ],
+        last_wide=True,
     )
     for s in rows:
         if s.error:
             click.echo(f"error in {s.name}: {s.error}", err=True)
+
+
+def options_text(options: dict[str, Any] | None) -> str:
+    """Send options as ``queue=reports priority=5`` (``-`` for none), JSON values compact."""
+    if not options:
+        return "-"
+    return " ".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
+        for key, value in sorted(options.items())
+    )
 
 
 @gaffer.command()

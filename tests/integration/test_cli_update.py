@@ -297,3 +297,21 @@ def test_a_bad_dry_run_is_one_line_and_changes_nothing(
     before = database_rows(app)
     assert words in error_line(gaffer_cli(app, *args))
     assert database_rows(app) == before
+
+
+def test_schedules_shows_each_schedules_send_options(app: Celery) -> None:
+    store = ScheduleStore(app)
+    store.add(
+        "reports",
+        "t.report",
+        every(60),
+        options={"queue": "reports", "priority": 5, "headers": {"team": "billing"}},
+    )
+    store.add("plain", "t.report", every(60))
+    result = gaffer_cli(app, "schedules")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split()[-1] == "OPTIONS"
+    by_name = {row.split()[0]: row for row in rows}
+    assert by_name["reports"].endswith('headers={"team":"billing"} priority=5 queue=reports')
+    assert by_name["plain"].endswith(" -")
