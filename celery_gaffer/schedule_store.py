@@ -10,7 +10,7 @@ computed by the same code, and write nothing (the CLI's ``--dry-run``, the web c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -67,11 +67,15 @@ class ScheduleStore:
         options: Any = None,
         gaffer: Mapping[str, Any] | None = None,
         replace: bool = False,
+        watermark_at: datetime | None = None,
     ) -> StoredSchedule:
         """Add a schedule; its first fire is its first nominal time after now.
 
-        Raises :class:`ScheduleExists` for an existing name unless ``replace=True``, and
-        a :class:`GafferError` naming the field for bad input.
+        ``watermark_at`` (aware, not after now) starts a new schedule from that instant
+        instead, as if it had last fired then: its catch-up policy decides about the fires
+        since (an importer passes the old scheduler's last run). A replaced schedule keeps
+        its own watermark. Raises :class:`ScheduleExists` for an existing name unless
+        ``replace=True``, and a :class:`GafferError` naming the field for bad input.
         """
         spec = self._validate(
             name=name,
@@ -83,6 +87,7 @@ class ScheduleStore:
             gaffer=gaffer,
         )
         now = self._clock()
+        start = now if watermark_at is None else _watermark(watermark_at, now)
         with self.database.begin() as conn:
             existing = self._row(conn, spec.name, lock=True)
             if existing is not None:
@@ -95,7 +100,7 @@ class ScheduleStore:
                 values = {**columns(spec, existing.watermark_at, now), "source": self._source}
                 rows.update_schedule(conn, self._models, spec.name, values)
             else:
-                rows.insert_schedules(conn, self._models, [self._new_row(spec, now)])
+                rows.insert_schedules(conn, self._models, [self._new_row(spec, now, start)])
             return self._get(conn, spec.name)
 
     def add_many(self, entries: Iterable[Mapping[str, Any]], *, chunk_size: int = 5000) -> int:
@@ -286,12 +291,14 @@ class ScheduleStore:
     def _validate(self, **entry: Any) -> ScheduleSpec:
         return validate_entry(**entry, known_tasks=self._known_tasks())
 
-    def _new_row(self, spec: ScheduleSpec, now: datetime) -> dict[str, Any]:
+    def _new_row(
+        self, spec: ScheduleSpec, now: datetime, watermark: datetime | None = None
+    ) -> dict[str, Any]:
         return {
             "name": spec.name,
             "source": self._source,
             "created_at": now,
-            **columns(spec, now, now),
+            **columns(spec, now if watermark is None else watermark, now),
         }
 
     def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
@@ -402,6 +409,16 @@ def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
         if required not in entry:
             raise InvalidInput(f"{required}: missing", field=required)
     return dict(entry)
+
+
+def _watermark(value: Any, now: datetime) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidInput(
+            f"watermark_at: expected an aware datetime, got {value!r}", field="watermark_at"
+        )
+    if value > now:
+        raise InvalidInput(f"watermark_at: {value.isoformat()} is after now", field="watermark_at")
+    return value.astimezone(timezone.utc)
 
 
 def _check_editable(changes: Mapping[str, Any]) -> None:

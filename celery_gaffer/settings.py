@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -38,6 +39,7 @@ class GafferSettings:
     run_retention: float = 30 * 86400.0
     ledger_retention: float = 30 * 86400.0
     key_retention: float = 30 * 86400.0
+    alert_webhook_url: str | None = None
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> GafferSettings:
@@ -57,12 +59,19 @@ class GafferSettings:
             run_retention=_seconds(conf, "gaffer_run_retention", 30 * 86400.0, minimum=60.0),
             ledger_retention=_seconds(conf, "gaffer_ledger_retention", 30 * 86400.0, minimum=60.0),
             key_retention=_seconds(conf, "gaffer_key_retention", 30 * 86400.0, minimum=60.0),
+            alert_webhook_url=_webhook_url(conf.get("gaffer_alert_webhook_url")),
         )
 
     @property
     def masked_url(self) -> str:
         """The database URL with its password replaced by ``***``: safe to log or print."""
         return mask_url(self.database_url)
+
+    @property
+    def masked_alert_webhook_url(self) -> str | None:
+        """The alert webhook URL with its user-info password and secret-looking query
+        parameters replaced by ``***``."""
+        return None if self.alert_webhook_url is None else _masked_text(self.alert_webhook_url)
 
 
 _cache: weakref.WeakKeyDictionary[Any, GafferSettings] = weakref.WeakKeyDictionary()
@@ -221,3 +230,25 @@ def _port(value: Any) -> int | None:
             field="gaffer_metrics_port",
         )
     return value
+
+
+def _webhook_url(value: Any) -> str | None:
+    key = "gaffer_alert_webhook_url"
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{key}: expected an http(s) URL string, got {value!r}", field=key)
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{key}: cannot parse {_masked_text(text)!r} as a URL", field=key
+        ) from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(
+            f"{key}: {_masked_text(text)!r} is not an http:// or https:// URL with a host",
+            field=key,
+        )
+    return text

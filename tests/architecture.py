@@ -23,7 +23,17 @@ from pathlib import Path
 
 CORE = {"exceptions", "clock", "settings", "protocol", "signals", "runtime"}
 MIDDLE = {"fencing", "runs", "beat"}
-ADAPTERS = {"task", "scheduler", "schedule_store", "schedule_sync", "cli", "wiring", "web", ""}
+ADAPTERS = {
+    "task",
+    "scheduler",
+    "schedule_store",
+    "schedule_sync",
+    "cli",
+    "wiring",
+    "web",
+    "importers",
+    "",
+}
 #: Allowed imports between middle-layer packages: (importer, imported).
 MIDDLE_CROSSINGS = {("runs", "fencing")}
 

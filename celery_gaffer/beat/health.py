@@ -5,13 +5,15 @@ has no succeeded run for a nominal time ``>= F``; **failing** after
 ``gaffer_alert_after_failures`` consecutive failed (or lost) runs. The run recorder keeps
 ``last_success_nominal_at`` and ``consecutive_failures`` on the schedule row, so a check
 is a few indexed reads. Beat re-checks only the rows whose ``check_at`` has passed (the
-next fire's grace expiry, or at once after a run ends), logs each change once at ERROR
-and sends :mod:`celery_gaffer.signals`.
+next fire's grace expiry, or at once after a run ends), logs each change once at ERROR,
+sends :mod:`celery_gaffer.signals` and, with ``gaffer_alert_webhook_url`` set, writes the
+change's alert to the outbox in the same transaction (:mod:`.alerts`).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,12 +27,16 @@ from ..protocol import Health as State
 from ..schedules.kinds import Cron, Every, schedule_from_dict
 from ..settings import GafferSettings
 from ..signals import job_failing, job_late, job_recovered
+from ..store import alerts
 from ..store import fires as ledger
 from ..store import schedules as schedule_rows
 from ..store.models import Models
 from ..store.schedule_rows import decode_json
 
 logger = logging.getLogger("celery_gaffer.health")
+
+# The states stored on a row (the ``health`` column) and pushed to the webhook on change.
+ALERT_STATES = (*STORED_HEALTH, State.ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,14 +136,41 @@ def check_due(
     results = []
     for row in schedule_rows.lock_due_checks(conn, models, now, limit):
         health, check_at = evaluate_safely(conn, models, row, now, settings)
-        stored = health.state if health.state in STORED_HEALTH else State.OK
+        # Also "error", so that an error and its end are changes; a paused schedule
+        # is stored ok, and never alerted.
+        watched = row["enabled"] and health.state in ALERT_STATES
+        stored = health.state if watched else State.OK
         schedule_rows.set_health(conn, models, row["name"], stored, check_at)
+        if settings.alert_webhook_url is not None and watched and stored != row["health"]:
+            body = alert_body(health, row["health"], now)
+            alerts.add_alert(conn, models, health.schedule, body, now)
         results.append((health, row["health"]))
     return results
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def alert_body(health: Health, previous: str, now: datetime) -> dict[str, Any]:
+    """The JSON body of the webhook alert of one change (schema: docs/how-to/alerting.md)."""
+    return {
+        "alert_id": str(uuid.uuid4()),
+        "schedule": health.schedule,
+        "state": str(health.state),
+        "previous": str(previous),
+        "reason": health.reason,
+        "at": _iso(now),
+        "due_nominal_at": _iso(health.due_nominal_at),
+        "consecutive_failures": health.consecutive_failures,
+    }
+
+
 def announce(health: Health, previous: str) -> None:
-    """Log a change of state once at ERROR and send its signal."""
+    """Log a change of state once at ERROR and send its signal (an error is logged
+    where it is found, and has no signal: it counts as ``ok`` here)."""
+    if previous == State.ERROR:
+        previous = State.OK
     if health.state == previous or health.state not in STORED_HEALTH:
         return
     if health.state == State.LATE:

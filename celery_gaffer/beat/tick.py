@@ -11,7 +11,8 @@ The data path of a tick, in order:
 3. :meth:`Tick.confirm_deliveries`: publish again the sent fires no worker ever started
    (opt-in, :mod:`.redelivery`);
 4. :meth:`Tick.check_health`: mark runs whose heartbeat stopped ``lost`` and re-check the
-   health of the schedules whose ``check_at`` has passed (:mod:`.health`).
+   health of the schedules whose ``check_at`` has passed (:mod:`.health`), then POST
+   the due webhook alerts of health changes (:mod:`.alerts`).
 
 Several Beats may run at once: the ledger's unique ``(schedule, nominal_at)`` and row
 locks make each fire sent once.
@@ -23,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import Connection
@@ -41,6 +42,7 @@ from ..store.fires import Fire, NewFire
 from ..store.models import Models
 from ..store.schedule_rows import decode_json
 from ..store.schedules import DueSchedule, Payload, Probe
+from .alerts import send_due
 from .catchup import Decision, decide
 from .health import announce, check_due
 from .metrics import Metrics
@@ -55,6 +57,7 @@ MAX_PUBLISHES = 4
 PARSED_CACHE = 2_000
 # How soon Beat loads a schedule in error again, to see whether its cause is gone.
 ERROR_RECHECK = timedelta(seconds=60)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,8 @@ class Tick:
     _parsed: dict[tuple[Any, ...], tuple[ScheduleSpec, Payload]] = field(default_factory=dict)
     _reported_errors: set[tuple[str, str]] = field(default_factory=set)
     _next_lost_sweep: float = 0.0
+    #: When an unsent alert is next due (None: none waiting); unknown at start.
+    _alerts_at: datetime | None = field(default_factory=lambda: _EPOCH)
 
     @property
     def models(self) -> Models:
@@ -168,7 +173,8 @@ class Tick:
                 if not busy or time.monotonic() - started > self.tick_budget:
                     break
                 now = self.clock()
-        if checks or time.monotonic() >= self._next_lost_sweep:
+        alerts_due = self._alerts_at is not None and self._alerts_at <= self.clock()
+        if checks or alerts_due or time.monotonic() >= self._next_lost_sweep:
             worked = True
             self.check_health(self.clock())
         if busy:
@@ -179,6 +185,8 @@ class Tick:
         delay = float(max_interval)
         if wake_at is not None:
             delay = min(delay, (wake_at - self.clock()).total_seconds())
+        if self._alerts_at is not None and settings.alert_webhook_url is not None:
+            delay = min(delay, (self._alerts_at - self.clock()).total_seconds())
         delay = min(delay, self._next_lost_sweep - time.monotonic(), settings.lease_ttl / 3)
         return max(0.0, delay)
 
@@ -226,7 +234,10 @@ class Tick:
             inserted = ledger.insert_fires(conn, self.models, new_fires, now)
             schedule_rows.advance_schedules(conn, self.models, changes)
             recovered = [row.name for row in due if row.error is not None and row.name in payloads]
-            schedule_rows.request_checks(conn, self.models, recovered)
+            # A schedule newly in error, or out of it, is checked: its health changed.
+            errored = [c["b_id"] for c in changes if c["error"] is not None]
+            newly = [row.name for row in due if row.error is None and row.id in errored]
+            schedule_rows.request_checks(conn, self.models, recovered + newly)
             run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
         self._publish([fire for fire in inserted if fire.publish_count > 0], payloads)
         return len(due) >= self.batch_size
@@ -302,6 +313,8 @@ class Tick:
             announce(health, previous)
             if self.metrics is not None:
                 self.metrics.observe_health(health)
+        # After the changes' commit, so a change's alert goes out on the tick that saw it.
+        self._alerts_at = send_due(self.database, settings, self.clock)
 
     def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
         if not fires:

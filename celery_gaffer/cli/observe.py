@@ -208,4 +208,7 @@ def cleanup_command(ctx: click.Context) -> None:
     """Delete run records, ledger rows and completed keys past their retention."""
     database = ready(ctx)
     report = cleanup(database, utcnow())
-    click.echo(f"deleted {report.runs} runs, {report.fires} ledger rows, {report.keys} keys")
+    click.echo(
+        f"deleted {report.runs} runs, {report.fires} ledger rows, {report.keys} keys,"
+        f" {report.alerts} alerts"
+    )

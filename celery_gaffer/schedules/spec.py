@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from celery.schedules import crontab
+
 from ..exceptions import InvalidInput
 from ..protocol import KEY_LENGTH, NAME_LENGTH, Catchup, FireHeaders, Overlap
+from .celery_beat import crontab_refusal
 from .kinds import MAX_DELAY_SECONDS, Cron, Every, as_schedule
 
 CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
@@ -380,6 +383,8 @@ def validate_entry(
     """Validate one schedule entry; raise a GafferError naming the first bad field."""
     name = validate_name(name)
     task = validate_task(task, known_tasks)
+    if isinstance(schedule, crontab):
+        raise crontab_refusal(schedule)
     parsed = as_schedule(schedule)
     if args is None:
         args = ()

@@ -172,6 +172,23 @@ class JobRunRow:
     __tablename__: str
 
 
+class AlertRow:
+    """An alert of a schedule's health change, waiting in the outbox until it is sent.
+
+    Written in the transaction that stores the change; ``next_attempt_at`` is when any
+    Beat may (re)try to POST it, NULL once sent or given up.
+    """
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    schedule: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Models:
     """The mapped classes and metadata of one table prefix."""
@@ -184,6 +201,7 @@ class Models:
     IdempotencyKey: type[IdempotencyKeyRow]
     Cursor: type[CursorRow]
     JobRun: type[JobRunRow]
+    Alert: type[AlertRow]
 
     @property
     def version_table(self) -> str:
@@ -216,6 +234,9 @@ def models_for(prefix: str = "gaffer_") -> Models:
     class JobRun(JobRunRow, Base):
         __tablename__ = f"{prefix}job_runs"
 
+    class Alert(AlertRow, Base):
+        __tablename__ = f"{prefix}alerts"
+
     return Models(
         prefix=prefix,
         metadata=Base.metadata,
@@ -225,6 +246,7 @@ def models_for(prefix: str = "gaffer_") -> Models:
         IdempotencyKey=IdempotencyKey,
         Cursor=Cursor,
         JobRun=JobRun,
+        Alert=Alert,
     )
 
 

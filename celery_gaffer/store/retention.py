@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from ..protocol import FireState, RunState
+from .alerts import expired_conditions
 from .database import Database
 from .models import table_of
 
@@ -20,20 +21,23 @@ class CleanupReport:
     runs: int
     fires: int
     keys: int
+    alerts: int = 0
 
 
 def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> CleanupReport:
-    """Delete what is older than ``gaffer_run_retention`` / ``_ledger_`` / ``_key_retention``.
+    """Delete what is older than ``gaffer_run_retention`` / ``_ledger_`` / ``_key_retention``
+    (alerts sent or given up: as old as the ledger's retention).
 
     Each batch is its own short transaction, so a large backlog never holds long locks.
     Pending fires are kept whatever their age (they are still to be published).
     """
     settings = database.settings
     models = database.models
-    runs, fires, keys = (
+    runs, fires, keys, alerts = (
         table_of(models.JobRun),
         table_of(models.Fire),
         table_of(models.IdempotencyKey),
+        table_of(models.Alert),
     )
     counts = []
     for table, key_column, conditions in (
@@ -57,6 +61,11 @@ def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> Cleanup
             keys,
             keys.c.key,
             (keys.c.completed_at < now - timedelta(seconds=settings.key_retention),),
+        ),
+        (
+            alerts,
+            alerts.c.id,
+            expired_conditions(models, now - timedelta(seconds=settings.ledger_retention)),
         ),
     ):
         counts.append(_delete_in_batches(database, table, key_column, conditions, batch))

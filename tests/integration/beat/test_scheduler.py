@@ -356,7 +356,7 @@ def test_a_bad_beat_schedule_entry_is_in_error_and_the_others_keep_firing(
     }
     scheduler = make_scheduler(app, clock)  # starts: one bad entry never stops Beat
     listed = {s.name: s for s in ScheduleStore(app).list()}
-    assert "use celery_gaffer.cron(...)" in str(listed["old"].error)
+    assert "use cron(\"*/5 * * * *\") instead of crontab(minute='*/5')" in str(listed["old"].error)
     assert "'t.nope' is not a task registered" in str(listed["typo"].error)
     assert listed["good"].error is None
     clock.advance(60)

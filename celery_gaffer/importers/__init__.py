@@ -1,0 +1,1 @@
+"""Importers: schedules from other schedulers into Gaffer (``gaffer import ...``)."""

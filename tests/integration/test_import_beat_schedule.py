@@ -1,0 +1,196 @@
+"""`gaffer import beat-schedule` through the real click group, a real app and real
+databases, with a shelve written by Celery's own PersistentScheduler."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.beat import PersistentScheduler
+from celery.schedules import crontab, schedule, solar
+
+from celery_gaffer import ScheduleStore, cron, every
+from celery_gaffer.exceptions import InvalidInput
+
+from .test_cli_update import error_line, gaffer_cli
+
+UTC = timezone.utc
+
+
+@pytest.fixture
+def app(database_url: str, redis_url: str) -> Iterator[Celery]:
+    app = Celery("import-test", broker=redis_url, set_as_current=False)
+    app.conf.gaffer_database_url = database_url
+    app.conf.timezone = "Europe/London"
+
+    @app.task(name="t.report", shared=False)
+    def report(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    yield app
+    app.close()
+
+
+def a_solar() -> solar:
+    """A Celery solar schedule; built without ``__init__``, which needs ``ephem``."""
+    return solar.__new__(solar)
+
+
+def beat_schedule() -> dict[str, Any]:
+    return {
+        "nightly": {
+            "task": "t.report",
+            "schedule": crontab(minute=30, hour=3),
+            "args": ["daily"],
+            "options": {"queue": "reports", "priority": 5, "expires": 600},
+        },
+        "often": {"task": "t.report", "schedule": timedelta(minutes=5)},
+        "hourly": {
+            "task": "t.report",
+            "schedule": schedule(run_every=timedelta(hours=1)),
+            "kwargs": {"full": True},
+        },
+        "early": {"task": "t.report", "schedule": crontab(minute=30, hour=1)},
+        "sunset": {"task": "t.report", "schedule": a_solar()},
+        "first-monday": {
+            "task": "t.report",
+            "schedule": crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon"),
+        },
+        "countdown": {"task": "t.report", "schedule": 60, "options": {"countdown": 5}},
+    }
+
+
+def lines_of(stdout: str) -> dict[str, str]:
+    lines = stdout.strip().splitlines()
+    return {line.split(":", 1)[0]: line for line in lines[:-1]} | {"summary": lines[-1]}
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(app: Celery) -> None:
+    app.conf.beat_schedule = beat_schedule()
+    result = gaffer_cli(app, "import", "beat-schedule", "--dry-run")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    lines = lines_of(result.stdout)
+    assert lines["nightly"].startswith("nightly: added: t.report, cron('30 3 * * *'")
+    assert "note" not in lines["nightly"]
+    assert lines["often"].startswith("often: added: t.report, every(300")
+    assert lines["early"].startswith("early: added: t.report, cron('30 1 * * *'")
+    assert "(note: touches local times that clock changes in Europe/London skip" in lines["early"]
+    assert lines["sunset"] == "sunset: cannot be mapped: solar events are not supported"
+    assert "first-monday: cannot be mapped: Celery's crontab matches" in lines["first-monday"]
+    assert "AND" in lines["first-monday"]
+    assert lines["countdown"].startswith("countdown: cannot be mapped: options.countdown")
+    assert lines["summary"] == (
+        "7 entries: 4 added, 0 changed, 0 unchanged, 3 cannot be mapped (dry run: nothing written)"
+    )
+    assert ScheduleStore(app).list() == []
+
+
+def test_apply_writes_db_schedules_and_a_second_run_changes_nothing(app: Celery) -> None:
+    app.conf.beat_schedule = beat_schedule()
+    first = gaffer_cli(app, "import", "beat-schedule")
+    assert first.exit_code == 0, (first.stdout, first.stderr)
+    assert lines_of(first.stdout)["summary"] == (
+        "7 entries: 4 added, 0 changed, 0 unchanged, 3 cannot be mapped"
+    )
+    stored = {s.name: s for s in ScheduleStore(app).list()}
+    assert set(stored) == {"nightly", "often", "hourly", "early"}  # nothing refused written
+    assert stored["nightly"].schedule == cron("30 3 * * *", "Europe/London")
+    assert stored["nightly"].args == ["daily"]
+    assert stored["nightly"].options == {"queue": "reports", "priority": 5, "expires": 600}
+    assert stored["often"].schedule == every(300)
+    assert stored["hourly"].schedule == every(3600)
+    assert stored["hourly"].kwargs == {"full": True}
+    assert {s.source for s in stored.values()} == {"db"}
+
+    second = gaffer_cli(app, "import", "beat-schedule")
+    assert second.exit_code == 0, second.stderr
+    lines = lines_of(second.stdout)
+    assert lines["nightly"] == "nightly: unchanged"
+    assert lines["summary"] == "7 entries: 0 added, 0 changed, 4 unchanged, 3 cannot be mapped"
+    again = {s.name: s for s in ScheduleStore(app).list()}
+    assert again == stored  # not even updated_at moved
+
+    app.conf.beat_schedule["nightly"]["args"] = ["weekly"]
+    app.conf.beat_schedule["often"]["schedule"] = timedelta(minutes=10)
+    preview = gaffer_cli(app, "import", "beat-schedule", "--dry-run")
+    assert lines_of(preview.stdout)["nightly"] == "nightly: changed: args"
+    assert ScheduleStore(app).get("nightly").args == ["daily"]
+    third = gaffer_cli(app, "import", "beat-schedule")
+    lines = lines_of(third.stdout)
+    assert lines["nightly"] == "nightly: changed: args"
+    assert lines["often"] == "often: changed: schedule"
+    assert ScheduleStore(app).get("nightly").args == ["weekly"]
+    assert ScheduleStore(app).get("often").schedule == every(600)
+
+
+def test_a_config_schedule_in_error_becomes_the_imported_db_schedule(app: Celery) -> None:
+    entry = beat_schedule()["nightly"]
+    # Celery evaluates an unbound crontab in current_app's zone: this app is not current.
+    entry["schedule"] = crontab(minute=30, hour=3, app=app)
+    app.conf.beat_schedule = {"nightly": entry}
+    ScheduleStore(app, source="config").sync_config(app.conf.beat_schedule)
+    error = str(ScheduleStore(app).get("nightly").error)
+    assert 'use cron("30 3 * * *", "Europe/London") instead of crontab(minute=30, hour=3)' in error
+    result = gaffer_cli(app, "import", "beat-schedule")
+    assert (
+        lines_of(result.stdout)["nightly"]
+        == "nightly: changed: schedule, args, options, source, error"
+    )
+    stored = ScheduleStore(app).get("nightly")
+    assert (stored.source, stored.error) == ("db", None)
+
+
+def test_last_runs_from_a_persistent_scheduler_shelve_become_watermarks(
+    app: Celery, tmp_path: Path
+) -> None:
+    app.conf.beat_schedule = {
+        name: beat_schedule()[name] for name in ("nightly", "often", "hourly")
+    }
+    path = tmp_path / "celerybeat-schedule"
+    beat = PersistentScheduler(app=app, schedule_filename=str(path), lazy=False)
+    now = datetime.now(UTC).replace(microsecond=0)
+    nightly_run = now - timedelta(days=2)
+    often_run = (now - timedelta(minutes=17)).astimezone(timezone(timedelta(hours=2)))
+    beat.schedule["nightly"].last_run_at = nightly_run
+    beat.schedule["often"].last_run_at = often_run
+    beat.sync()
+    beat.close()
+    hourly_run = datetime.now(UTC)
+
+    result = gaffer_cli(app, "import", "beat-schedule", "--shelve", str(path))
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert f"last run {nightly_run.isoformat()} from the shelve" in result.stdout
+    nightly = ScheduleStore(app).get("nightly")
+    assert nightly.watermark_at == nightly_run
+    # Catch-up continues from the last run: the next fire is the first after it.
+    assert nightly.next_fire_at == cron("30 3 * * *", "Europe/London").next_after(nightly_run)
+    assert nightly.next_fire_at is not None
+    assert nightly.next_fire_at < now
+    often = ScheduleStore(app).get("often")
+    assert often.watermark_at == often_run.astimezone(UTC)
+    # An entry the shelve holds with Celery's default (its creation) still imports.
+    assert ScheduleStore(app).get("hourly").watermark_at <= hourly_run
+
+
+def test_an_unreadable_shelve_is_one_error_line_and_nothing_written(
+    app: Celery, tmp_path: Path
+) -> None:
+    app.conf.beat_schedule = {"often": beat_schedule()["often"]}
+    missing = tmp_path / "nope"
+    result = gaffer_cli(app, "import", "beat-schedule", "--shelve", str(missing))
+    assert error_line(result) == f"error: shelve: no file {str(missing)!r}"
+    assert ScheduleStore(app).list() == []
+
+
+def test_add_refuses_a_naive_or_future_watermark_and_writes_nothing(app: Celery) -> None:
+    store = ScheduleStore(app)
+    now = datetime.now(UTC)
+    for bad in (now.replace(tzinfo=None) - timedelta(hours=1), now + timedelta(hours=1)):
+        with pytest.raises(InvalidInput) as info:
+            store.add("often", "t.report", every(60), watermark_at=bad)
+        assert info.value.field == "watermark_at"
+    assert store.list() == []
