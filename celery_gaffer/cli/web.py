@@ -56,7 +56,9 @@ def web(ctx: click.Context, host: str, port: int) -> None:
     database = ready(ctx)
     app = app_of(ctx)
     token = resolve_token(app, None)  # gaffer_web_token, else GAFFER_WEB_TOKEN
-    asgi_app = create_app(app, token=token)
+    # On loopback, only loopback names: a DNS-rebinding page gets 400, not the console.
+    allowed = LOCAL_HOSTS | {host} if host in LOCAL_HOSTS else None
+    asgi_app = create_app(app, token=token, allowed_hosts=allowed)
     listener = _listen(host, port)
     bound_port = int(listener.getsockname()[1])
     if host not in LOCAL_HOSTS:

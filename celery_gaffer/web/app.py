@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from importlib.resources import files
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -17,6 +19,7 @@ from ..clock import Clock, utcnow
 from ..exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError, ScheduleNotFound
 from ..schedule_store import ScheduleStore
 from ..store import database_for
+from ..store.database import driver_reason
 from . import api, pages
 from .console import Console
 from .security import Guard, SecurityHeaders, resolve_token
@@ -27,13 +30,20 @@ _STYLESHEET = files("celery_gaffer.web").joinpath("templates/console.css")
 
 
 def create_app(
-    celery_app: Any, *, token: str | None = None, clock: Clock | None = None
+    celery_app: Any,
+    *,
+    token: str | None = None,
+    clock: Clock | None = None,
+    allowed_hosts: Collection[str] | None = None,
 ) -> Starlette:
     """The console of ``celery_app``'s Gaffer database (checked: it must be migrated).
 
     ``token`` is what actions need; None reads ``app.conf.gaffer_web_token``, then the
     environment's ``GAFFER_WEB_TOKEN``; "" (or neither set) makes the console read-only.
     ``clock`` is "now" for health and next fires (tests pass a fixed one).
+    ``allowed_hosts``: the only ``Host`` names answered (others get 400, which stops a
+    DNS-rebinding page from reading the console); None answers any (behind a proxy that
+    checks it). ``celery gaffer web`` on a loopback address allows only loopback names.
     """
     database = database_for(celery_app)
     database.check_ready()
@@ -65,8 +75,12 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders)],
-        exception_handlers={GafferError: gaffer_error, HTTPException: http_error},
+        middleware=[Middleware(SecurityHeaders, allowed_hosts=allowed_hosts)],
+        exception_handlers={
+            GafferError: gaffer_error,
+            SQLAlchemyError: gaffer_error,
+            HTTPException: http_error,
+        },
     )
     app.state.console = console
     return app
@@ -83,8 +97,9 @@ async def gaffer_error(request: Request, exc: Exception) -> Response:
     text = str(exc)
     if isinstance(exc, ScheduleNotFound):
         status = 404
-    elif isinstance(exc, (DatabaseUnavailable, DatabaseNotReady)):
-        logger.error("%s", exc, extra={"action": "web_database_unavailable"})
+    elif isinstance(exc, (DatabaseUnavailable, DatabaseNotReady, SQLAlchemyError)):
+        reason = driver_reason(exc) if isinstance(exc, SQLAlchemyError) else str(exc)
+        logger.error("%s", reason, extra={"action": "web_database_unavailable"})
         status, text = 503, "the Gaffer database is unavailable: see the console's log"
     if request.url.path.startswith("/api/"):
         return api.error(status, text)

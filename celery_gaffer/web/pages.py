@@ -9,6 +9,7 @@ that read the database are plain functions, which Starlette runs in its thread p
 from __future__ import annotations
 
 import functools
+import json
 from datetime import tzinfo
 from typing import Any, cast
 from urllib.parse import quote, unquote, urlencode
@@ -43,6 +44,8 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["path"] = lambda name: quote(str(name), safe="")
+    # Not Jinja's tojson: its Markup leaves '"' as is, which ends an attribute.
+    env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
     env.globals.update(
         when=when,
         describe=describe,

@@ -12,16 +12,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_COOKIE = "gaffer_session"
 #: Sent on every response.
 SECURITY_HEADERS = {
-    "content-security-policy": "default-src 'self'",
+    "content-security-policy": "default-src 'self'; form-action 'self'; base-uri 'none'",
     "x-frame-options": "DENY",
     "referrer-policy": "no-referrer",
     "x-content-type-options": "nosniff",
@@ -83,16 +86,32 @@ class Guard:
         return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
 
 
-class SecurityHeaders:
-    """ASGI middleware adding :data:`SECURITY_HEADERS` to every HTTP response."""
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header, without its port: ``[::1]:5557`` -> ``::1``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class SecurityHeaders:
+    """ASGI middleware adding :data:`SECURITY_HEADERS` to every HTTP response, and
+    answering 400 to a ``Host`` not in ``allowed_hosts`` (when given)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Collection[str] | None = None) -> None:
         self.app = app
+        self.allowed = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.allowed is not None:
+            host = host_name(Headers(scope=scope).get("host", ""))
+            if host not in self.allowed:
+                refused = PlainTextResponse("this console does not answer to that host", 400)
+                await refused(scope, receive, send)
+                return
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

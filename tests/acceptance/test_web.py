@@ -196,6 +196,8 @@ def test_it_listens_on_loopback_only_and_never_shows_the_database_password(
     listed = console.get("/api/schedules")
     assert listed.status_code == 200
     assert [row["name"] for row in listed.json()] == ["nightly-report"]
+    # A DNS-rebinding page reaches 127.0.0.1 with its own host name: refused.
+    assert console.get("/api/schedules", headers={"Host": "evil.example"}).status_code == 400
     for path in ("/schedules", "/schedules/nightly-report", "/runs", "/alerts", "/api/alerts"):
         body = console.get(path).text
         assert "pw-123" not in body, path

@@ -293,3 +293,64 @@ def test_an_edit_preview_shows_the_fires_in_the_new_zone(
     assert re.findall(r"<li>(.*?)</li>", fires.group(1))[0] == "2026-06-02 01:30 BST (00:30Z)"
     assert "Europe/London" in shown.split('id="summary"', 1)[1].split("</p>", 1)[0]
     assert store.get("job").schedule == every(60)
+
+
+def test_json_in_an_attribute_cannot_close_it(client: Client, store: ScheduleStore) -> None:
+    import html.parser
+
+    tricky = ['" value=[0] required hidden x="', "</code><b>"]
+    store.add("job", "t.noop", every(60), args=tricky)
+    log_in(client)
+    page = client.get("/schedules/job").text
+    found: dict[str, dict[str, str | None]] = {}
+
+    class Inputs(html.parser.HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            named = dict(attrs)
+            if tag == "input" and named.get("name") in {"args", "kwargs"}:
+                found[str(named["name"])] = named
+
+    Inputs().feed(page)
+    assert found["args"] == {
+        "type": "text",
+        "name": "args",
+        "placeholder": '["\\" value=[0] required hidden x=\\"", "</code><b>"]',
+    }
+    assert "<b>" not in page
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [("127.0.0.1:5557", 200), ("localhost", 200), ("[::1]:5557", 200), ("evil.example", 400)],
+)
+def test_only_the_allowed_host_names_are_answered(
+    celery_app: Celery, clock: FrozenClock, store: ScheduleStore, host: str, status: int
+) -> None:
+    """A page on another domain rebound to 127.0.0.1 sends its own Host: refused."""
+    store.add("job", "t.noop", every(60))
+    allowed = {"127.0.0.1", "localhost", "::1"}
+    client = Client(create_app(celery_app, token="", clock=clock, allowed_hosts=allowed))
+    try:
+        for path in ("/schedules", "/api/schedules"):
+            assert client.get(path, headers={"Host": host}).status_code == status
+    finally:
+        client.close()
+
+
+def test_any_database_error_is_a_503_without_the_url(
+    client: Client, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from celery_gaffer.store import console
+
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("SELECT ...", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(console, "schedule_page", locked)
+    api = client.get("/api/schedules")
+    assert api.status_code == 503
+    assert api.json() == {"error": "the Gaffer database is unavailable: see the console's log"}
+    page = client.get("/schedules")
+    assert page.status_code == 503
+    assert "unavailable" in page.text
