@@ -10,53 +10,18 @@ from __future__ import annotations
 
 import shelve
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import GafferError, InvalidInput, ScheduleNotFound
+from ..exceptions import GafferError, InvalidInput
 from ..schedule_store import ScheduleStore
 from ..schedules.celery_beat import translate
-from ..schedules.spec import ScheduleSpec, validate_entry
-from ..store.schedule_rows import StoredSchedule, policy_dict
+from ..schedules.spec import validate_entry
+from .common import Candidate, ImportLine, ImportReport, apply_candidates
 
 # The files dbm writes for a shelve named ``path`` (as Celery's PersistentScheduler knows).
 _SHELVE_SUFFIXES = ("", ".db", ".dat", ".dir")
-ADDED, CHANGED, UNCHANGED, REFUSED = "added", "changed", "unchanged", "cannot be mapped"
-
-
-@dataclass(frozen=True, slots=True)
-class ImportLine:
-    """What the import does (or would do) to one entry."""
-
-    name: str
-    outcome: str
-    detail: str = ""
-    note: str | None = None
-
-    def render(self) -> str:
-        detail = f": {self.detail}" if self.detail else ""
-        note = f" (note: {self.note})" if self.note else ""
-        return f"{self.name}: {self.outcome}{detail}{note}"
-
-
-@dataclass(frozen=True, slots=True)
-class ImportReport:
-    lines: list[ImportLine]
-    dry_run: bool
-
-    def count(self, outcome: str) -> int:
-        return sum(1 for line in self.lines if line.outcome == outcome)
-
-    def summary(self) -> str:
-        if not self.lines:
-            return "no entries in beat_schedule: nothing to import"
-        counts = ", ".join(
-            f"{self.count(outcome)} {outcome}" for outcome in (ADDED, CHANGED, UNCHANGED)
-        )
-        dry = " (dry run: nothing written)" if self.dry_run else ""
-        return f"{len(self.lines)} entries: {counts}, {self.count(REFUSED)} cannot be mapped{dry}"
 
 
 def app_zone(app: Any) -> str:
@@ -116,10 +81,11 @@ def import_beat_schedule(
     tz = app_zone(store.app)
     known = _known_tasks(store.app)
     runs = last_runs or {}
-    lines = []
-    for name, entry in beat_schedule.items():
-        lines.append(_one(store, str(name), entry, tz, known, runs.get(str(name)), dry_run))
-    return ImportReport(lines, dry_run)
+    candidates = (
+        _candidate(str(name), entry, tz, known, runs.get(str(name)))
+        for name, entry in beat_schedule.items()
+    )
+    return apply_candidates(store, candidates, dry_run=dry_run, source="beat_schedule")
 
 
 def _known_tasks(app: Any) -> Mapping[str, Any]:
@@ -128,15 +94,9 @@ def _known_tasks(app: Any) -> Mapping[str, Any]:
     return tasks
 
 
-def _one(
-    store: ScheduleStore,
-    name: str,
-    entry: Any,
-    tz: str,
-    known: Mapping[str, Any],
-    last_run: datetime | None,
-    dry_run: bool,
-) -> ImportLine:
+def _candidate(
+    name: str, entry: Any, tz: str, known: Mapping[str, Any], last_run: datetime | None
+) -> Candidate:
     try:
         if not isinstance(entry, Mapping):
             raise InvalidInput(f"expected a dict, got {type(entry).__name__}")
@@ -152,63 +112,13 @@ def _one(
             known_tasks=known,
         )
     except GafferError as exc:
-        return ImportLine(name, REFUSED, str(exc))
-    note = translation.note
-    current = _stored(store, spec.name)
-    if current is None:
-        detail = f"{spec.task}, {_describe(spec)}"
-        if last_run is not None:
-            detail += f", last run {last_run.isoformat()} from the shelve"
-        if not dry_run:
-            _write(store, spec, replace=False, watermark=last_run)
-        return ImportLine(spec.name, ADDED, detail, note)
-    changed = _changed_fields(spec, current)
-    if not changed:
-        return ImportLine(spec.name, UNCHANGED, note=note)
-    if not dry_run:
-        _write(store, spec, replace=True, watermark=None)
-    return ImportLine(spec.name, CHANGED, ", ".join(changed), note)
-
-
-def _stored(store: ScheduleStore, name: str) -> StoredSchedule | None:
-    try:
-        return store.get(name)
-    except ScheduleNotFound:
-        return None
-
-
-def _describe(spec: ScheduleSpec) -> str:
-    return repr(spec.schedule)
-
-
-def _changed_fields(spec: ScheduleSpec, current: StoredSchedule) -> list[str]:
-    stored_timing = None if current.schedule is None else current.schedule.to_dict()
-    pairs = {
-        "task": (spec.task, current.task),
-        "schedule": (spec.schedule.to_dict(), stored_timing),
-        "args": (spec.args, current.args),
-        "kwargs": (spec.kwargs, current.kwargs),
-        "options": (spec.options, current.options),
-        "gaffer": (policy_dict(spec.policy), policy_dict(current.policy)),
-        "source": ("db", current.source),
-        "error": (None, current.error),
-    }
-    return [field for field, (new, old) in pairs.items() if new != old]
-
-
-def _write(
-    store: ScheduleStore, spec: ScheduleSpec, *, replace: bool, watermark: datetime | None
-) -> None:
-    store.add(
+        return Candidate(name, None, str(exc))
+    return Candidate(
         spec.name,
-        spec.task,
-        spec.schedule,
-        args=spec.args,
-        kwargs=spec.kwargs,
-        options=spec.options,
-        gaffer=policy_dict(spec.policy),
-        replace=replace,
-        watermark_at=watermark,
+        spec,
+        note=translation.note,
+        watermark=last_run,
+        watermark_from="from the shelve",
     )
 
 
