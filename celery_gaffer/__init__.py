@@ -15,7 +15,7 @@ from .exceptions import (
 )
 from .schedule_store import ScheduleStore
 from .scheduler import Scheduler
-from .schedules.kinds import Cron, Every, cron, every
+from .schedules.kinds import At, Cron, Every, at, cron, every
 from .task import BatchReport, GafferTask
 from .wiring import install
 
@@ -26,6 +26,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree no
 
 __all__ = [
     "AlreadyProcessed",
+    "At",
     "BatchReport",
     "ConfigurationError",
     "Cron",
@@ -39,6 +40,7 @@ __all__ = [
     "ScheduleStore",
     "Scheduler",
     "__version__",
+    "at",
     "cron",
     "every",
     "install",

@@ -23,7 +23,7 @@ from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
 from .protocol import Health
 from .schedules.changes import ScheduleChanges, new_timing
-from .schedules.kinds import Cron, Every
+from .schedules.kinds import Schedule
 from .schedules.preview import Preview as Preview
 from .schedules.preview import (
     backfill_nominals,
@@ -36,7 +36,7 @@ from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
 from .store.previews import ledger_nominals
-from .store.schedule_rows import StoredSchedule, columns, policy_dict
+from .store.schedule_rows import StoredSchedule, columns, new_watermark, policy_dict
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -87,7 +87,7 @@ class ScheduleStore:
             gaffer=gaffer,
         )
         now = self._clock()
-        start = now if watermark_at is None else _watermark(watermark_at, now)
+        start = None if watermark_at is None else _watermark(watermark_at, now)
         with self.database.begin() as conn:
             existing = self._row(conn, spec.name, lock=True)
             if existing is not None:
@@ -97,7 +97,8 @@ class ScheduleStore:
                         "(pass replace=True to overwrite it)",
                         field="name",
                     )
-                values = {**columns(spec, existing.watermark_at, now), "source": self._source}
+                values = columns(spec, existing.watermark_at, now, existing.fired_count)
+                values["source"] = self._source
                 rows.update_schedule(conn, self._models, spec.name, values)
             else:
                 rows.insert_schedules(conn, self._models, [self._new_row(spec, now, start)])
@@ -164,7 +165,8 @@ class ScheduleStore:
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
             spec, watermark, _ = self._edited(current, changes, now)
-            rows.update_schedule(conn, self._models, name, columns(spec, watermark, now))
+            values = columns(spec, watermark, now, current.fired_count)
+            rows.update_schedule(conn, self._models, name, values)
             return self._get(conn, name)
 
     def pause(self, name: str) -> StoredSchedule:
@@ -255,7 +257,7 @@ class ScheduleStore:
         with self.database.read() as conn:
             current = self._require(conn, name)
         spec, watermark, new = self._edited(current, changes, now)
-        values = columns(spec, watermark, now)
+        values = columns(spec, watermark, now, current.fired_count)
         return update_preview(
             spec.schedule,
             enabled=values["enabled"],
@@ -298,7 +300,8 @@ class ScheduleStore:
             "name": spec.name,
             "source": self._source,
             "created_at": now,
-            **columns(spec, now if watermark is None else watermark, now),
+            # A given watermark (an importer's last run) is kept as is.
+            **columns(spec, new_watermark(spec, now) if watermark is None else watermark, now),
         }
 
     def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
@@ -327,7 +330,10 @@ class ScheduleStore:
         if enabled and current.schedule is not None:
             # Fires that fell while paused are not missed: start again from now.
             watermark = max(current.watermark_at, now)
-            next_fire_at = current.schedule.next_after(watermark)
+            window = current.policy.bounds.window(
+                current.schedule, fired=current.fired_count, watermark=watermark
+            )
+            next_fire_at = window.next_after(watermark)
             values.update(watermark_at=watermark, next_fire_at=next_fire_at, check_at=next_fire_at)
         else:
             values.update(next_fire_at=None, check_at=None, health=Health.OK)
@@ -427,7 +433,7 @@ def _check_editable(changes: Mapping[str, Any]) -> None:
         raise InvalidInput(f"{unknown[0]}: not an editable field", field=unknown[0])
 
 
-def _backfillable(current: StoredSchedule) -> Cron | Every:
+def _backfillable(current: StoredSchedule) -> Schedule:
     """The schedule a backfill of ``current`` enumerates; refused while it is in error."""
     if current.schedule is None or current.error is not None:
         raise InvalidInput(

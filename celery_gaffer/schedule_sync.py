@@ -20,7 +20,7 @@ from .protocol import Catchup, Overlap
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database
 from .store import schedules as rows
-from .store.schedule_rows import columns, differs, stored
+from .store.schedule_rows import columns, differs, new_watermark, stored
 
 logger = logging.getLogger("celery_gaffer.schedules")
 
@@ -93,9 +93,10 @@ def _sync(
                 spec = wanted[name]
                 if current is None:
                     new_row = {"name": name, "source": source, "created_at": now}
-                    rows.insert_schedules(conn, models, [{**new_row, **columns(spec, now, now)}])
+                    new_row.update(columns(spec, new_watermark(spec, now), now))
+                    rows.insert_schedules(conn, models, [new_row])
                     continue
-                values = columns(spec, current.watermark_at, now)
+                values = columns(spec, current.watermark_at, now, current.fired_count)
                 if not current.enabled:
                     values.update(enabled=False, next_fire_at=None, check_at=None)
                 if current.error is not None or differs(current, spec):

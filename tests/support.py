@@ -41,3 +41,18 @@ def broker_messages(redis_url: str, queue: str = QUEUE) -> list[dict[str, Any]]:
 
 def message_headers(redis_url: str, queue: str = QUEUE) -> list[dict[str, Any]]:
     return [message["headers"] for message in broker_messages(redis_url, queue)]
+
+
+def gaffer_cli(app: Any, *args: str) -> Any:
+    """``celery gaffer ARGS`` through click's runner, stdout and stderr kept apart."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from celery_gaffer.cli import gaffer
+
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+    except TypeError:  # click 8.2 always keeps stderr apart
+        runner = CliRunner()
+    return runner.invoke(gaffer, list(args), obj=SimpleNamespace(app=app))

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from itertools import islice
 
 from ..protocol import Catchup
-from ..schedules.kinds import Cron, Every
+from ..schedules.bounds import Window
+from ..schedules.kinds import Every, Schedule
 from ..schedules.spec import Policy
 
 _ONE_SECOND = timedelta(seconds=1)
@@ -40,13 +41,14 @@ SKIPPED_COUNT_LIMIT = 100
 
 
 def decide(
-    schedule: Cron | Every,
+    schedule: Schedule | Window,
     policy: Policy,
     watermark: datetime,
     now: datetime,
     *,
     max_catchup: int,
     on_time: timedelta,
+    runs_left: int | None = None,
 ) -> Decision:
     """Decide the fires ``f`` with ``watermark < f <= now``.
 
@@ -59,6 +61,10 @@ def decide(
     The time it takes does not grow with the gap between ``watermark`` and ``now``:
     ``latest`` and ``skip`` look back from ``now`` (:meth:`last_at_or_before`), and the
     fires they drop are counted up to :data:`SKIPPED_COUNT_LIMIT`.
+
+    A bounded schedule comes as its :class:`Window` (no fire outside its bounds), with
+    ``runs_left`` (its ``max_runs`` less the fires already sent): at most that many are
+    sent, the oldest first, and once none is left ``next_fire_at`` is None.
     """
     skipped = 0
     at_least = False
@@ -79,7 +85,9 @@ def decide(
             chosen = [f for f in schedule.fires_between(recent, now) if now - f <= on_time]
         if chosen or now > watermark:
             limit = SKIPPED_COUNT_LIMIT + len(chosen)
-            if isinstance(schedule, Every):
+            if isinstance(schedule, Every) or (
+                isinstance(schedule, Window) and schedule.counts_exactly
+            ):
                 limit = _UNLIMITED  # counted by arithmetic, exactly
             counted = schedule.count_between(watermark, max(watermark, now), limit)
             skipped = max(counted - len(chosen), 0)
@@ -91,11 +99,18 @@ def decide(
         missed = tuple(f for f in chosen if now - f > deadline)
     else:
         send, missed = tuple(chosen), ()
+    next_fire_at = schedule.next_after(new_watermark)
+    if runs_left is not None:
+        # Missed fires were never sent: they do not count as runs.
+        skipped += max(len(send) - runs_left, 0)
+        send = send[:runs_left]
+        if len(send) >= runs_left:
+            next_fire_at = None
     return Decision(
         send=send,
         missed=missed,
         skipped=skipped,
         watermark=new_watermark,
-        next_fire_at=schedule.next_after(new_watermark),
+        next_fire_at=next_fire_at,
         skipped_at_least=at_least,
     )

@@ -24,7 +24,8 @@ from sqlalchemy import Connection
 from ..exceptions import one_line
 from ..protocol import STORED_HEALTH
 from ..protocol import Health as State
-from ..schedules.kinds import Cron, Every, schedule_from_dict
+from ..schedules.bounds import Bounds, Window
+from ..schedules.kinds import Schedule, schedule_from_dict
 from ..settings import GafferSettings
 from ..signals import job_failing, job_late, job_recovered
 from ..store import alerts
@@ -72,7 +73,7 @@ def latest_due_fire(
     conn: Connection,
     models: Models,
     name: str,
-    schedule: Cron | Every,
+    schedule: Schedule | Window,
     watermark: datetime,
     until: datetime,
 ) -> datetime | None:
@@ -119,12 +120,15 @@ def evaluate(
     if not row["enabled"]:
         return Health(state=State.PAUSED, due_nominal_at=None, **facts), None
     grace = timedelta(seconds=row["grace"] if row["grace"] is not None else settings.default_grace)
-    due = latest_due_fire(conn, models, row["name"], schedule, row["watermark_at"], now - grace)
+    # A bounded schedule is expected to fire only inside its bounds.
+    bounds = Bounds(row["start_at"], row["end_at"], row["max_runs"])
+    window = bounds.window(schedule, fired=row["fired_count"], watermark=row["watermark_at"])
+    due = latest_due_fire(conn, models, row["name"], window, row["watermark_at"], now - grace)
     success = row["last_success_nominal_at"]
     late = due is not None and (success is None or success < due)
     failing = facts["consecutive_failures"] >= settings.alert_after_failures
     state = State.FAILING if failing else State.LATE if late else State.OK
-    following = schedule.next_after(now - grace)
+    following = window.next_after(now - grace)
     check_at = None if following is None else following + grace
     return Health(state=state, due_nominal_at=due, **facts), check_at
 

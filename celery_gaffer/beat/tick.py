@@ -32,7 +32,8 @@ from sqlalchemy import Connection
 from ..clock import Clock
 from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
-from ..schedules.kinds import Cron, Every, schedule_from_dict
+from ..schedules.bounds import Window
+from ..schedules.kinds import Schedule, schedule_from_dict
 from ..schedules.spec import ScheduleSpec, validate_entry
 from ..store import Database
 from ..store import fires as ledger
@@ -71,7 +72,7 @@ class RowPlan:
 
 def plan_row(
     row: DueSchedule,
-    schedule: Cron | Every,
+    schedule: Schedule | Window,
     decision: Decision,
     now: datetime,
     republish_at: datetime,
@@ -105,6 +106,7 @@ def plan_row(
         "watermark_at": decision.watermark,
         "next_fire_at": decision.next_fire_at,
         "error": None,
+        "sent": len(decision.send),
     }
     return RowPlan(fires, missed_runs, change)
 
@@ -213,15 +215,20 @@ class Tick:
                 # of the batch, and Beat, go on.
                 try:
                     spec, payload = self._usable(row)
+                    bounds = spec.policy.bounds
+                    window = bounds.window(
+                        spec.schedule, fired=row.fired_count, watermark=row.watermark_at
+                    )
                     decision = decide(
-                        spec.schedule,
+                        window,
                         spec.policy,
                         row.watermark_at,
                         now,
                         max_catchup=settings.max_catchup,
                         on_time=on_time,
+                        runs_left=bounds.runs_left(row.fired_count),
                     )
-                    plan = plan_row(row, spec.schedule, decision, now, republish_at)
+                    plan = plan_row(row, window, decision, now, republish_at)
                 except Exception as exc:  # noqa: BLE001 - isolated to its schedule
                     changes.append(self._error_change(row, exc, now))
                     continue
@@ -354,6 +361,9 @@ class Tick:
             row.catchup,
             row.starting_deadline,
             row.grace,
+            row.start_at,
+            row.end_at,
+            row.max_runs,
         )
         usable = self._parsed.get(cache_key)
         if usable is None:
@@ -374,6 +384,7 @@ class Tick:
             # Loaded again then: the error clears once its cause is gone.
             "next_fire_at": now + ERROR_RECHECK,
             "error": message,
+            "sent": 0,
         }
 
     def _report_error(self, name: str, message: str) -> None:
@@ -420,6 +431,9 @@ def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
             "overlap": row.overlap,
             "starting_deadline": row.starting_deadline,
             "grace": row.grace,
+            "start_at": row.start_at,
+            "end_at": row.end_at,
+            "max_runs": row.max_runs,
         },
     )
     payload = Payload(row.task, spec.args, spec.kwargs, spec.options, spec.policy.overlap)

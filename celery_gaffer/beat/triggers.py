@@ -13,7 +13,7 @@ from typing import Any
 from ..clock import Clock
 from ..exceptions import InvalidInput, ScheduleNotFound
 from ..protocol import FireKind, FireState
-from ..schedules.kinds import Cron, Every
+from ..schedules.kinds import Schedule
 from ..schedules.preview import backfill_nominals
 from ..store import Database
 from ..store.fires import Fire, NewFire, insert_fires
@@ -71,7 +71,7 @@ def backfill(
     app: Any,
     database: Database,
     name: str,
-    schedule: Cron | Every,
+    schedule: Schedule,
     start: datetime,
     end: datetime,
     clock: Clock,

@@ -14,10 +14,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..exceptions import GafferError
 from ..schedule_store import ScheduleStore
-from ..schedules.kinds import Cron, Every
+from ..schedules.display import describe as describe
+from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from ..store import Database, database_for
 from ..store.database import driver_reason
 from ..store.schedule_rows import StoredSchedule
+from .times import aware_option
 from .times import when as when  # re-exported: the commands' one way to show an instant
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,19 +83,12 @@ def json_option(value: str | None, name: str) -> Any:
         raise click.BadParameter(f"not valid JSON ({exc})", param_hint=name) from exc
 
 
-def describe(schedule: Cron | Every | None) -> str:
-    if schedule is None:
-        return "?"
-    jitter = f", jitter {schedule.jitter:g}s" if schedule.jitter else ""
-    if isinstance(schedule, Cron):
-        return f"cron {schedule.expr!r} {schedule.tz}{jitter}"
-    return f"every {schedule.interval:g}s{jitter}"
-
-
 def state_of(stored: StoredSchedule) -> str:
     if stored.error:
         return "error"
-    return "enabled" if stored.enabled else "paused"
+    if not stored.enabled:
+        return "paused"
+    return "done" if stored.finished else "enabled"
 
 
 def schedule_json(stored: StoredSchedule) -> dict[str, Any]:
@@ -109,6 +104,7 @@ def schedule_json(stored: StoredSchedule) -> dict[str, Any]:
         "state": state_of(stored),
         "source": stored.source,
         "next_fire_at": None if stored.next_fire_at is None else stored.next_fire_at.isoformat(),
+        **stored.bounds_json(),
         "error": stored.error,
     }
 
@@ -184,3 +180,44 @@ def _cut(text: str, limit: int | None) -> str:
 
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
+
+
+def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``gaffer`` options of ``add`` and ``update``, passed to the command as keyword
+    arguments that :func:`policy_of` turns into the ``gaffer`` dict."""
+    options = [
+        click.option("--catchup", type=click.Choice(CATCHUP_POLICIES), default=None),
+        click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None),
+        click.option(
+            "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
+        ),
+        click.option(
+            "--grace", type=float, default=None, help="Seconds before a fire counts as late."
+        ),
+        click.option("--start-at", help="No fire before this ISO 8601 time (with an offset)."),
+        click.option("--end-at", help="No fire after this ISO 8601 time (with an offset)."),
+        click.option(
+            "--max-runs",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Done after this many fires.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+#: The keyword arguments :func:`policy_options` adds.
+POLICY_PARAMETERS = (
+    "catchup", "overlap", "starting_deadline", "grace", "start_at", "end_at", "max_runs"
+)  # fmt: skip
+
+
+def policy_of(values: dict[str, Any]) -> dict[str, Any]:
+    """The ``gaffer`` options given on the command line (those not given are left out)."""
+    policy = {key: values[key] for key in POLICY_PARAMETERS if values.get(key) is not None}
+    for key in ("start_at", "end_at"):
+        if key in policy:
+            policy[key] = aware_option(policy[key], "--" + key.replace("_", "-"))
+    return policy

@@ -25,7 +25,7 @@ from ..schedules.explain import (
     parse_start,
 )
 from ..schedules.explain import explain as explain_schedule
-from ..schedules.kinds import Cron, Every, cron, every
+from ..schedules.kinds import At, Cron, Every, Schedule, cron, every
 from .base import gaffer, gaffer_errors, store_of
 
 
@@ -62,13 +62,13 @@ def explain(
     in its zone and in UTC, and what every DST change among them does to it."""
     schedule, enabled = _schedule(ctx, name, cron_expr, tz, every_seconds)
     count = _count(count_text)
-    zone = tz if isinstance(schedule, Every) else None
+    zone = tz if isinstance(schedule, Every) else schedule.tz if isinstance(schedule, At) else None
     if around is not None and start_text is not None:
         raise InvalidInput("around: give --around or --from, not both", field="around")
     if around is not None:
         explanation = explain_around(schedule, parse_day(around), count, zone=zone)
     else:
-        shown_in = schedule.tz if isinstance(schedule, Cron) else (tz or "UTC")
+        shown_in = schedule.tz if isinstance(schedule, (Cron, At)) else (tz or "UTC")
         start = utcnow() if start_text is None else parse_start(start_text, shown_in)
         explanation = explain_schedule(schedule, start, count, zone=zone)
     if as_json:
@@ -91,7 +91,7 @@ def _schedule(
     cron_expr: str | None,
     tz: str | None,
     every_seconds: str | None,
-) -> tuple[Cron | Every, bool]:
+) -> tuple[Schedule, bool]:
     """The schedule to explain, and whether it is enabled (a stored one may be paused)."""
     if name is not None:
         if cron_expr is not None or every_seconds is not None or tz is not None:
@@ -145,7 +145,7 @@ def _print(explanation: Explanation, name: str | None) -> None:
 
     if rows:
         click.echo(line(header))
-    if isinstance(explanation.schedule, Every):
+    if isinstance(explanation.schedule, (Every, At)):
         for row in rows:
             click.echo(line(row))
         changes = len(explanation.transitions)

@@ -8,21 +8,22 @@ from typing import Any
 import click
 
 from ..exceptions import ScheduleExists
-from ..schedules.kinds import cron, every
+from ..schedules.kinds import At, Schedule, cron, every
 from ..schedules.preview import LISTED_FIRES
-from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from .base import (
     describe,
     fail,
     gaffer,
     gaffer_errors,
     json_option,
+    policy_of,
+    policy_options,
     schedule_json,
     state_of,
     store_of,
     table,
 )
-from .times import instant_option, utc_option, when, zone_of
+from .times import aware_option, instant_option, utc_option, when, zone_of
 from .update import dry_run_option, show_preview
 
 
@@ -80,55 +81,48 @@ def options_text(options: dict[str, Any] | None) -> str:
 @click.option("--cron", "cron_expr", help="Five-field cron expression, e.g. '30 2 * * *'.")
 @click.option("--tz", default="UTC", show_default=True, help="IANA zone of the cron expression.")
 @click.option("--every", "every_seconds", type=float, help="Interval in whole seconds.")
+@click.option(
+    "--at",
+    "at_text",
+    help="Fire once, at this ISO 8601 time with an offset, e.g. 2026-12-24T09:00+01:00.",
+)
 @click.option("--jitter", type=float, default=0.0, help="Delay each fire by up to this many s.")
 @click.option("--args", "args_json", help="Positional arguments as a JSON list.")
 @click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
 @click.option("--options", "options_json", help="Celery send options as a JSON object.")
-@click.option("--catchup", type=click.Choice(CATCHUP_POLICIES), default=None)
-@click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None)
-@click.option(
-    "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
-)
-@click.option("--grace", type=float, default=None, help="Seconds before a fire counts as late.")
+@policy_options
 @click.option("--paused", is_flag=True, help="Add it paused.")
 @click.option("--replace", is_flag=True, help="Overwrite a schedule of the same name.")
 @click.pass_context
 @gaffer_errors
 def add(
     ctx: click.Context,
+    /,
     name: str,
     task: str,
     cron_expr: str | None,
     tz: str,
     every_seconds: float | None,
+    at_text: str | None,
     jitter: float,
     args_json: str | None,
     kwargs_json: str | None,
     options_json: str | None,
-    catchup: str | None,
-    overlap: str | None,
-    starting_deadline: float | None,
-    grace: float | None,
     paused: bool,
     replace: bool,
+    **policy_values: Any,
 ) -> None:
     """Add schedule NAME sending TASK (source db; Beat picks it up on its next tick)."""
-    if (cron_expr is None) == (every_seconds is None):
-        raise click.UsageError("give exactly one of --cron EXPR or --every SECONDS")
-    schedule = (
-        cron(cron_expr, tz, jitter=jitter)
-        if cron_expr is not None
-        else every(every_seconds if every_seconds is not None else 0, jitter=jitter)
-    )
-    policy: dict[str, Any] = {"enabled": not paused}
-    for key, value in (
-        ("catchup", catchup),
-        ("overlap", overlap),
-        ("starting_deadline", starting_deadline),
-        ("grace", grace),
-    ):
-        if value is not None:
-            policy[key] = value
+    if [cron_expr, every_seconds, at_text].count(None) != 2:
+        raise click.UsageError("give exactly one of --cron EXPR, --every SECONDS or --at TIME")
+    schedule: Schedule
+    if cron_expr is not None:
+        schedule = cron(cron_expr, tz, jitter=jitter)
+    elif at_text is not None:
+        schedule = At(aware_option(at_text, "--at"), tz=tz)
+    else:
+        schedule = every(every_seconds if every_seconds is not None else 0, jitter=jitter)
+    policy = {"enabled": not paused, **policy_of(policy_values)}
     try:
         stored = store_of(ctx).add(
             name,

@@ -51,6 +51,22 @@ def instant_option(value: str, name: str) -> datetime:
         raise click.BadParameter(str(exc), param_hint=name) from exc
 
 
+def aware_option(value: str, name: str) -> datetime:
+    """The option ``name``'s ISO 8601 time, which must carry an offset (or ``Z``): a wall
+    time alone would be ambiguous around DST. A usage error otherwise."""
+    text = value.strip()
+    try:
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.utcoffset() is None:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 time with an offset, such as 2026-12-24T09:00+01:00",
+            param_hint=name,
+        )
+    return parsed
+
+
 utc_option = click.option(
     "--utc", "in_utc", is_flag=True, help="Show every time in UTC (not in the schedule's zone)."
 )

@@ -9,9 +9,17 @@ import click
 
 from ..schedules.changes import ScheduleChanges, new_timing
 from ..schedules.preview import Preview
-from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from ..store.schedule_rows import StoredSchedule
-from .base import describe, fail, gaffer, gaffer_errors, json_option, store_of
+from .base import (
+    describe,
+    fail,
+    gaffer,
+    gaffer_errors,
+    json_option,
+    policy_of,
+    policy_options,
+    store_of,
+)
 from .times import when, zone_of
 
 dry_run_option = click.option(
@@ -21,7 +29,7 @@ dry_run_option = click.option(
 #: How many of the next fires ``update`` shows.
 NEXT_FIRES = 3
 _OPTIONS = "--cron, --every, --tz, --jitter, --task, --args, --kwargs, --options, --catchup, "
-_OPTIONS += "--overlap, --starting-deadline or --grace"
+_OPTIONS += "--overlap, --starting-deadline, --grace, --start-at, --end-at or --max-runs"
 
 
 @gaffer.command()
@@ -36,17 +44,13 @@ _OPTIONS += "--overlap, --starting-deadline or --grace"
 @click.option("--args", "args_json", help="Positional arguments as a JSON list.")
 @click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
 @click.option("--options", "options_json", help="Celery send options as a JSON object.")
-@click.option("--catchup", type=click.Choice(CATCHUP_POLICIES), default=None)
-@click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None)
-@click.option(
-    "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
-)
-@click.option("--grace", type=float, default=None, help="Seconds before a fire counts as late.")
+@policy_options
 @dry_run_option
 @click.pass_context
 @gaffer_errors
 def update(
     ctx: click.Context,
+    /,
     name: str,
     cron_expr: str | None,
     every_seconds: float | None,
@@ -56,11 +60,8 @@ def update(
     args_json: str | None,
     kwargs_json: str | None,
     options_json: str | None,
-    catchup: str | None,
-    overlap: str | None,
-    starting_deadline: float | None,
-    grace: float | None,
     dry_run: bool,
+    **policy_values: Any,
 ) -> None:
     """Change only the given fields of schedule NAME and show its next fires.
 
@@ -84,16 +85,7 @@ def update(
         )
         if value is not None
     }
-    policy = {
-        key: value
-        for key, value in (
-            ("catchup", catchup),
-            ("overlap", overlap),
-            ("starting_deadline", starting_deadline),
-            ("grace", grace),
-        )
-        if value is not None
-    }
+    policy = policy_of(policy_values)
     if policy:
         changes["gaffer"] = policy
     if not changes:

@@ -16,7 +16,7 @@ from celery.schedules import crontab, solar
 from celery.schedules import schedule as celery_schedule
 
 from ..exceptions import GafferError, InvalidSchedule
-from .kinds import Cron, Every, cron, every
+from .kinds import Cron, Every, Schedule, cron, every
 
 _FULL = {
     "minute": set(range(60)),
@@ -38,7 +38,7 @@ class Untranslatable(GafferError):
 class Translation:
     """A Gaffer schedule equal to a Celery one, and a note when fires may differ."""
 
-    schedule: Cron | Every
+    schedule: Schedule
     note: str | None = None
 
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, TypedDict
 
 from ..exceptions import InvalidInput
-from .kinds import Cron, Every, as_schedule
+from .kinds import At, Cron, Every, Schedule, as_schedule
 
 
 class ScheduleChanges(TypedDict, total=False):
@@ -37,9 +37,7 @@ class ScheduleChanges(TypedDict, total=False):
     gaffer: Mapping[str, Any]
 
 
-def new_timing(
-    name: str, current: Cron | Every | None, changes: ScheduleChanges
-) -> Cron | Every | None:
+def new_timing(name: str, current: Schedule | None, changes: ScheduleChanges) -> Schedule | None:
     """The schedule ``changes`` ask for, built from ``current`` (None: timing unchanged)."""
     given = [key for key in ("schedule", "cron", "every") if key in changes]
     if len(given) > 1:
@@ -48,6 +46,15 @@ def new_timing(
         return None
     start = as_schedule(changes["schedule"]) if "schedule" in changes else current
     jitter = changes.get("jitter", 0.0 if start is None else start.jitter)
+    if isinstance(start, At) and not ({"cron", "every"} & set(changes)):
+        if "tz" in changes or changes.get("jitter"):
+            field = "tz" if "tz" in changes else "jitter"
+            raise InvalidInput(
+                f"{field}: an at schedule fires at one instant: it has no zone or jitter to "
+                "change (give a new schedule)",
+                field=field,
+            )
+        return start
     if "cron" in changes:
         zone = start.tz if isinstance(start, Cron) else "UTC"
         return Cron(changes["cron"], changes.get("tz", zone), jitter=jitter)

@@ -9,17 +9,17 @@ from __future__ import annotations
 from datetime import datetime, timezone, tzinfo
 
 from .cron_engine import load_zone
-from .kinds import Cron, Every
+from .kinds import At, Cron, Schedule
 
 UTC = timezone.utc
 # Zone names whose clock is UTC: shown as plain UTC.
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
 
 
-def zone_of(schedule: Cron | Every | None) -> tzinfo | None:
+def zone_of(schedule: Schedule | None) -> tzinfo | None:
     """The zone a schedule's times are shown in: a cron schedule's zone other than UTC;
     None (UTC) for UTC, ``every`` and unreadable schedules."""
-    if not isinstance(schedule, Cron) or schedule.tz in _UTC_NAMES:
+    if not isinstance(schedule, (Cron, At)) or schedule.tz in _UTC_NAMES:
         return None
     try:
         return load_zone(schedule.tz)
@@ -41,7 +41,7 @@ def when(value: datetime | None, zone: tzinfo | None = None) -> str:
     return f"{local.strftime(f'%Y-%m-%d {clock}')} {local.tzname()} ({utc_text}Z)"
 
 
-def describe(schedule: Cron | Every | None) -> str:
+def describe(schedule: Schedule | None) -> str:
     """A schedule as the user would write it: ``cron '30 2 * * *' Europe/London`` or
     ``every 60s``, with its jitter; ``?`` for one that cannot be read."""
     if schedule is None:
@@ -49,4 +49,7 @@ def describe(schedule: Cron | Every | None) -> str:
     jitter = f", jitter {schedule.jitter:g}s" if schedule.jitter else ""
     if isinstance(schedule, Cron):
         return f"cron {schedule.expr!r} {schedule.tz}{jitter}"
+    if isinstance(schedule, At):
+        local = schedule.when.astimezone(load_zone(schedule.tz))
+        return f"at {local.isoformat()} {schedule.tz}"
     return f"every {schedule.interval:g}s{jitter}"

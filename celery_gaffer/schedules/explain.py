@@ -33,7 +33,7 @@ from .clock_changes import (
     utc_text,
 )
 from .cron_engine import expand_expr, for_cronsim, load_zone
-from .kinds import Cron, Every
+from .kinds import At, Cron, Every, Schedule
 
 __all__ = [
     "MAX_COUNT",
@@ -106,7 +106,7 @@ class Transition(ClockChange):
 class Explanation:
     """The fires of a schedule in a window and every clock change inside it."""
 
-    schedule: Cron | Every
+    schedule: Schedule
     zone: str
     fires: tuple[Fire, ...]
     transitions: tuple[Transition, ...]
@@ -147,7 +147,7 @@ class Explanation:
 
 
 def explain(
-    schedule: Cron | Every, start: datetime, count: int = 10, *, zone: str | None = None
+    schedule: Schedule, start: datetime, count: int = 10, *, zone: str | None = None
 ) -> Explanation:
     """The first ``count`` fires at or after ``start`` and the clock changes among them.
 
@@ -164,7 +164,7 @@ def explain(
 
 
 def explain_around(
-    schedule: Cron | Every, day: date, count: int = 10, *, zone: str | None = None
+    schedule: Schedule, day: date, count: int = 10, *, zone: str | None = None
 ) -> Explanation:
     """``count`` fires around the local date ``day``: half before its first clock change
     (or before the day's start when it has none), the rest after, extended so that every
@@ -197,7 +197,7 @@ def explain_around(
 
 
 def _explanation(
-    schedule: Cron | Every,
+    schedule: Schedule,
     tz_name: str,
     tz: tzinfo,
     fires: list[datetime],
@@ -220,9 +220,14 @@ def _fire(instant: datetime, tz: tzinfo) -> Fire:
     return Fire(utc=instant, local=local, offset=offset, abbreviation=local.tzname() or "")
 
 
-def _summary(schedule: Cron | Every, tz_name: str) -> str:
+def _summary(schedule: Schedule, tz_name: str) -> str:
     if isinstance(schedule, Every):
         return f"every {schedule.interval} s: {RULE_TEXT[Rule.ELAPSED]} (shown in {tz_name})"
+    if isinstance(schedule, At):
+        return (
+            f"at {schedule.when:%Y-%m-%dT%H:%M:%SZ}: fires once, at that instant; DST does "
+            f"not move it (shown in {tz_name})"
+        )
     if schedule.is_fixed_time:
         return (
             f"cron {schedule.expr!r} in {tz_name} is fixed-time (neither minute nor hour "
@@ -236,9 +241,9 @@ def _summary(schedule: Cron | Every, tz_name: str) -> str:
     )
 
 
-def _describe(schedule: Cron | Every, change: ClockChange) -> Transition:
+def _describe(schedule: Schedule, change: ClockChange) -> Transition:
     matches: tuple[datetime, ...] = ()
-    if isinstance(schedule, Every):
+    if isinstance(schedule, (Every, At)):
         rule = Rule.ELAPSED
     else:
         matches = _matches(schedule, change.wall_from, change.wall_to)
@@ -306,7 +311,7 @@ def _times(matches: tuple[datetime, ...]) -> str:
     return f"its {len(texts)} times from {texts[0]} to {texts[-1]}"
 
 
-def _zone_of(schedule: Cron | Every, zone: str | None) -> tuple[str, tzinfo]:
+def _zone_of(schedule: Schedule, zone: str | None) -> tuple[str, tzinfo]:
     if isinstance(schedule, Cron):
         if zone is not None and zone != schedule.tz:
             raise InvalidInput(

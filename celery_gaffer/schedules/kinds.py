@@ -14,7 +14,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any
+from typing import Any, TypeAlias
 
 from celery.schedules import BaseSchedule, crontab
 from celery.schedules import schedstate as _schedstate
@@ -24,7 +24,18 @@ from ..exceptions import InvalidSchedule
 from ..protocol import jitter_delay
 from .cron_engine import ZonedCron, aware_utc, expand_expr, is_fixed_time, load_zone
 
-__all__ = ["Cron", "Every", "GafferSchedule", "as_schedule", "cron", "every", "schedule_from_dict"]
+__all__ = [
+    "At",
+    "Cron",
+    "Every",
+    "GafferSchedule",
+    "Schedule",
+    "as_schedule",
+    "at",
+    "cron",
+    "every",
+    "schedule_from_dict",
+]
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -218,7 +229,7 @@ class GafferSchedule(BaseSchedule):  # type: ignore[misc]  # celery ships no typ
             return _state(True, _IDLE_RECHECK_SECONDS)
         return _state(True, (following - now).total_seconds())
 
-    def __reduce__(self) -> tuple[Callable[[Mapping[str, Any]], Cron | Every], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Callable[[Mapping[str, Any]], Schedule], tuple[Any, ...]]:
         return schedule_from_dict, (self.to_dict(),)
 
     def __eq__(self, other: object) -> bool:
@@ -407,6 +418,61 @@ class Every(GafferSchedule):
         return f"every({self._interval}{anchor}{jitter})"
 
 
+class At(GafferSchedule):
+    """Fires once, at ``when`` (django-celery-beat's clocked one-off). Build it with :func:`at`.
+
+    ``when`` is kept to the second, rounded up (a fire is never before the instant asked
+    for); ``tz`` is the zone it was given in (an IANA zone, else UTC), for display only.
+    """
+
+    def __init__(
+        self,
+        when: datetime,
+        *,
+        tz: str | None = None,
+        nowfun: Callable[[], datetime] | None = None,
+        app: Any = None,
+    ) -> None:
+        moment = aware_utc(when, "when")
+        if when.microsecond:
+            moment += _ONE_SECOND
+        self._when = moment
+        zone = tz if tz is not None else getattr(when.tzinfo, "key", None)
+        self._tz = "UTC" if zone is None else str(zone)
+        load_zone(self._tz)
+        self._jitter = 0.0
+        super().__init__(nowfun=nowfun, app=app)
+
+    @property
+    def when(self) -> datetime:
+        """The one fire (aware UTC, whole second)."""
+        return self._when
+
+    @property
+    def tz(self) -> str:
+        """The IANA zone ``when`` was given in (UTC for a fixed offset), for display."""
+        return self._tz
+
+    def count_between(self, start: datetime, end: datetime, limit: int) -> int:
+        after, until = aware_utc(start, "start"), aware_utc(end, "end")
+        return int(after < self._when <= until and limit > 0)
+
+    def _fires_after(self, after: datetime) -> Iterator[datetime]:
+        if self._when > after:
+            yield self._when
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "at", "when": ISO 8601 UTC, "tz": zone}``."""
+        return {"kind": "at", "when": self._when.isoformat(), "tz": self._tz}
+
+    def __repr__(self) -> str:
+        return f"at({self._when.astimezone(load_zone(self._tz)).isoformat()!r})"
+
+
+#: Any schedule Gaffer stores.
+Schedule: TypeAlias = Cron | Every | At
+
+
 def cron(expr: str, tz: str = "UTC", *, jitter: float | timedelta = 0) -> Cron:
     """A cron schedule in zone ``tz``; raises InvalidSchedule naming ``expr``/``tz``/``jitter``.
 
@@ -430,11 +496,24 @@ def every(
     return Every(interval, anchor=anchor, jitter=jitter)
 
 
-_FIELDS = {"cron": ("expr", "tz", "jitter"), "every": ("interval", "anchor", "jitter")}
-_REQUIRED = {"cron": "expr", "every": "interval"}
+def at(when: datetime) -> At:
+    """A schedule that fires once, at ``when`` (aware, any zone; rounded up to the second).
+
+    A naive ``when`` raises InvalidSchedule naming ``when``. Combine any schedule with
+    ``start_at`` / ``end_at`` / ``max_runs`` in its ``gaffer`` options to bound it.
+    """
+    return At(when)
 
 
-def schedule_from_dict(data: Mapping[str, Any]) -> Cron | Every:
+_FIELDS = {
+    "cron": ("expr", "tz", "jitter"),
+    "every": ("interval", "anchor", "jitter"),
+    "at": ("when", "tz"),
+}
+_REQUIRED = {"cron": "expr", "every": "interval", "at": "when"}
+
+
+def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
     """The schedule a ``to_dict()`` describes; a bad dict raises InvalidSchedule naming the key."""
     if not isinstance(data, Mapping):
         raise InvalidSchedule(
@@ -442,7 +521,7 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Cron | Every:
         )
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in _FIELDS:
-        raise InvalidSchedule(f"kind must be 'cron' or 'every', got {kind!r}", field="kind")
+        raise InvalidSchedule(f"kind must be 'cron', 'every' or 'at', got {kind!r}", field="kind")
     for key in data:
         if key != "kind" and key not in _FIELDS[kind]:
             raise InvalidSchedule(f"unknown key {key!r} for a {kind} schedule", field=str(key))
@@ -452,10 +531,15 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Cron | Every:
     jitter = data.get("jitter", 0)
     if kind == "cron":
         return Cron(data["expr"], data.get("tz", "UTC"), jitter=jitter)
+    if kind == "at":
+        when = _parse_anchor(data["when"], "when")
+        if when is None:
+            raise InvalidSchedule("an at schedule needs 'when'", field="when")
+        return At(when, tz=data.get("tz"))
     return Every(data["interval"], anchor=_parse_anchor(data.get("anchor")), jitter=jitter)
 
 
-def _parse_anchor(value: object) -> datetime | None:
+def _parse_anchor(value: object, name: str = "anchor") -> datetime | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -466,15 +550,16 @@ def _parse_anchor(value: object) -> datetime | None:
             return datetime.fromisoformat(text)
         except ValueError:
             pass
-    raise InvalidSchedule(f"anchor must be an ISO 8601 datetime, got {value!r}", field="anchor")
+    raise InvalidSchedule(f"{name} must be an ISO 8601 datetime, got {value!r}", field=name)
 
 
-def as_schedule(value: object) -> Cron | Every:
-    """``value`` as a Gaffer schedule: a Cron/Every as is, seconds or a timedelta as ``every``.
+def as_schedule(value: object) -> Schedule:
+    """``value`` as a Gaffer schedule: a Gaffer schedule as is, seconds or a timedelta as
+    ``every``.
 
     Celery's ``crontab`` and anything else raise InvalidSchedule naming ``schedule``.
     """
-    if isinstance(value, (Cron, Every)):
+    if isinstance(value, (Cron, Every, At)):
         return value
     if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
         return every(value)
@@ -485,7 +570,7 @@ def as_schedule(value: object) -> Cron | Every:
             field="schedule",
         )
     raise InvalidSchedule(
-        "schedule must be celery_gaffer.cron(...), celery_gaffer.every(...), a number of "
+        "schedule must be celery_gaffer.cron(...), every(...), at(...), a number of "
         f"seconds or a timedelta, got {type(value).__name__}: {value!r}",
         field="schedule",
     )

@@ -15,7 +15,7 @@ from itertools import islice
 
 from ..exceptions import InvalidInput
 from .display import describe, when, zone_of
-from .kinds import Cron, Every
+from .kinds import Schedule
 
 #: How many of the fires a backfill sends a preview lists (the first ones).
 LISTED_FIRES = 20
@@ -42,7 +42,7 @@ class Preview:
 
 
 def backfill_nominals(
-    schedule: Cron | Every, start: datetime, end: datetime, now: datetime, *, limit: int
+    schedule: Schedule, start: datetime, end: datetime, now: datetime, *, limit: int
 ) -> list[datetime]:
     """The nominal times a backfill of ``(start, end]`` covers, checked as a backfill
     checks them: aware times, ``end`` not after ``now``, at most ``limit`` fires."""
@@ -58,12 +58,12 @@ def backfill_nominals(
     return nominals
 
 
-def fires_from(schedule: Cron | Every, first: datetime | None, count: int) -> list[datetime]:
+def fires_from(schedule: Schedule, first: datetime | None, count: int) -> list[datetime]:
     """``first`` and the fires after it, ``count`` in all (fewer when the schedule ends)."""
     return list(islice(_following(schedule, first), count))
 
 
-def count_fires(schedule: Cron | Every, start: datetime, end: datetime) -> int:
+def count_fires(schedule: Schedule, start: datetime, end: datetime) -> int:
     """How many fires ``f`` have ``start < f <= end``, counting at most ``COUNT_LIMIT + 1``
     (more than the limit)."""
     return schedule.count_between(start, end, COUNT_LIMIT + 1)
@@ -71,7 +71,7 @@ def count_fires(schedule: Cron | Every, start: datetime, end: datetime) -> int:
 
 def resume_preview(
     name: str,
-    schedule: Cron | Every | None,
+    schedule: Schedule | None,
     *,
     paused: bool,
     in_error: bool,
@@ -101,7 +101,7 @@ def resume_preview(
 
 def backfill_preview(
     name: str,
-    schedule: Cron | Every,
+    schedule: Schedule,
     start: datetime,
     end: datetime,
     sent: list[datetime],
@@ -125,7 +125,7 @@ def backfill_preview(
 
 
 def update_preview(
-    schedule: Cron | Every, *, enabled: bool, next_fire: datetime | None, new_timing: bool
+    schedule: Schedule, *, enabled: bool, next_fire: datetime | None, new_timing: bool
 ) -> Preview:
     """What the schedule is after ``update``: ``new_timing`` when it starts from now."""
     written = f"after the edit: {describe(schedule)}"
@@ -139,7 +139,7 @@ def update_preview(
     return Preview(f"{written}; next fire {when(next_fire, zone_of(schedule))}", fires, 0)
 
 
-def _following(schedule: Cron | Every, first: datetime | None) -> Iterator[datetime]:
+def _following(schedule: Schedule, first: datetime | None) -> Iterator[datetime]:
     fire = first
     while fire is not None:
         yield fire

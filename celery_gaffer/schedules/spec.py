@@ -20,12 +20,13 @@ from celery.schedules import crontab
 
 from ..exceptions import InvalidInput
 from ..protocol import KEY_LENGTH, NAME_LENGTH, Catchup, FireHeaders, Overlap
+from .bounds import BOUND_KEYS, Bounds, validate_bounds
 from .celery_beat import crontab_refusal
-from .kinds import MAX_DELAY_SECONDS, Cron, Every, as_schedule
+from .kinds import MAX_DELAY_SECONDS, Schedule, as_schedule
 
 CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
 OVERLAP_POLICIES = tuple(str(policy) for policy in Overlap)
-_GAFFER_KEYS = ("catchup", "starting_deadline", "overlap", "grace", "enabled")
+_GAFFER_KEYS = ("catchup", "starting_deadline", "overlap", "grace", "enabled", *BOUND_KEYS)
 
 #: Largest ``args``, ``kwargs`` or ``options`` of a schedule, as JSON text (bytes).
 MAX_JSON_BYTES = 64 * 1024
@@ -93,6 +94,7 @@ class Policy:
     overlap: str = Overlap.ALLOW
     grace: float | None = None
     enabled: bool = True
+    bounds: Bounds = field(default_factory=Bounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,7 @@ class ScheduleSpec:
 
     name: str
     task: str
-    schedule: Cron | Every
+    schedule: Schedule
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
@@ -366,6 +368,7 @@ def validate_policy(gaffer: Mapping[str, Any] | None) -> Policy:
         overlap=overlap,
         grace=_optional_seconds(gaffer.get("grace"), "gaffer.grace", allow_zero=True),
         enabled=enabled,
+        bounds=validate_bounds(gaffer),
     )
 
 

@@ -66,6 +66,13 @@ class ScheduleRow:
     watermark_at: Mapped[datetime] = mapped_column(UTCDateTime)
     next_fire_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Bounds (``gaffer`` options): no fire before start_at or after end_at, and none once
+    # fired_count (the scheduled fires sent, counted by the tick that sends them)
+    # reaches max_runs.
+    start_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    max_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    fired_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Health, kept current by the run recorder and Beat's health check.
     health: Mapped[str] = mapped_column(String(8), default="ok")
     check_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)

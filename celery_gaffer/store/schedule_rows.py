@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Table, Text, type_coerce
 
 from ..exceptions import GafferError
-from ..schedules.kinds import Cron, Every, schedule_from_dict
+from ..schedules.bounds import Bounds
+from ..schedules.kinds import At, Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec
+
+_ONE_SECOND = timedelta(seconds=1)
 
 
 def decode_json(value: Any) -> Any:
@@ -29,7 +32,7 @@ class StoredSchedule:
 
     name: str
     task: str
-    schedule: Cron | Every | None
+    schedule: Schedule | None
     args: list[Any]
     kwargs: dict[str, Any]
     options: dict[str, Any]
@@ -39,15 +42,57 @@ class StoredSchedule:
     next_fire_at: datetime | None
     error: str | None
     updated_at: datetime
+    #: Scheduled fires sent so far (what ``max_runs`` counts).
+    fired_count: int = 0
 
     @property
     def enabled(self) -> bool:
         return self.policy.enabled
 
+    @property
+    def finished(self) -> bool:
+        """Enabled, readable and without error, but its bounds leave it nothing to fire."""
+        if self.error or not self.enabled or self.schedule is None:
+            return False
+        return self.policy.bounds.finished(
+            self.schedule, fired=self.fired_count, watermark=self.watermark_at
+        )
 
-def columns(spec: ScheduleSpec, watermark: datetime, now: datetime) -> dict[str, Any]:
+    def bounds_json(self) -> dict[str, Any]:
+        """Its bounds and count of fires sent, JSON-able (for ``--json`` and the API)."""
+        bounds = self.policy.bounds
+        return {
+            "start_at": None if bounds.start_at is None else bounds.start_at.isoformat(),
+            "end_at": None if bounds.end_at is None else bounds.end_at.isoformat(),
+            "max_runs": bounds.max_runs,
+            "fired_count": self.fired_count,
+            "done": self.finished,
+        }
+
+
+def new_watermark(spec: ScheduleSpec, start: datetime) -> datetime:
+    """The watermark a new schedule starts from: ``start``, except that a one-off whose
+    time is not after it starts just before that time, so that its catch-up policy (and
+    starting deadline) decide whether it fires at once rather than it never firing."""
+    schedule = spec.schedule
+    if isinstance(schedule, At) and schedule.when <= start:
+        return schedule.when - _ONE_SECOND
+    return start
+
+
+def first_fire(spec: ScheduleSpec, watermark: datetime, fired: int) -> datetime | None:
+    """The schedule's first fire after ``watermark`` within its bounds (None: none left)."""
+    window = spec.policy.bounds.window(spec.schedule, fired=fired, watermark=watermark)
+    return window.next_after(watermark)
+
+
+def columns(
+    spec: ScheduleSpec, watermark: datetime, now: datetime, fired: int = 0
+) -> dict[str, Any]:
+    """The columns of ``spec`` starting from ``watermark``, having sent ``fired`` fires."""
     enabled = spec.policy.enabled
-    next_fire_at = spec.schedule.next_after(watermark) if enabled else None
+    next_fire_at = first_fire(spec, watermark, fired) if enabled else None
+    bounds = spec.policy.bounds
     return {
         "task": spec.task,
         "schedule": spec.schedule.to_dict(),
@@ -59,6 +104,9 @@ def columns(spec: ScheduleSpec, watermark: datetime, now: datetime) -> dict[str,
         "overlap": spec.policy.overlap,
         "grace": spec.policy.grace,
         "enabled": enabled,
+        "start_at": bounds.start_at,
+        "end_at": bounds.end_at,
+        "max_runs": bounds.max_runs,
         "watermark_at": watermark,
         "next_fire_at": next_fire_at,
         "check_at": next_fire_at,
@@ -74,6 +122,9 @@ def policy_dict(policy: Policy) -> dict[str, Any]:
         "overlap": policy.overlap,
         "grace": policy.grace,
         "enabled": policy.enabled,
+        "start_at": policy.bounds.start_at,
+        "end_at": policy.bounds.end_at,
+        "max_runs": policy.bounds.max_runs,
     }
 
 
@@ -88,6 +139,7 @@ def differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
         current.policy.starting_deadline,
         current.policy.overlap,
         current.policy.grace,
+        current.policy.bounds,
     ) != (
         spec.task,
         spec.schedule,
@@ -98,6 +150,7 @@ def differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
         spec.policy.starting_deadline,
         spec.policy.overlap,
         spec.policy.grace,
+        spec.policy.bounds,
     )
 
 
@@ -113,7 +166,7 @@ def readable_columns(table: Table) -> list[Any]:
 def stored(row: Mapping[Any, Any]) -> StoredSchedule:
     error = row["error"]
     try:
-        schedule: Cron | Every | None = schedule_from_dict(decode_json(row["schedule"]))
+        schedule: Schedule | None = schedule_from_dict(decode_json(row["schedule"]))
     except (GafferError, ValueError, TypeError) as exc:
         schedule, error = None, error or f"schedule: {exc}"
     decoded: dict[str, Any] = {}
@@ -135,10 +188,12 @@ def stored(row: Mapping[Any, Any]) -> StoredSchedule:
             overlap=row["overlap"],
             grace=row["grace"],
             enabled=row["enabled"],
+            bounds=Bounds(row["start_at"], row["end_at"], row["max_runs"]),
         ),
         source=row["source"],
         watermark_at=row["watermark_at"],
         next_fire_at=row["next_fire_at"],
         error=error,
         updated_at=row["updated_at"],
+        fired_count=int(row["fired_count"] or 0),
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Integer,
     Text,
     bindparam,
     case,
@@ -52,6 +53,10 @@ class DueSchedule:
     watermark_at: datetime
     grace: float | None = None
     error: str | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    fired_count: int = 0
 
 
 def claim_due_schedules(
@@ -79,6 +84,10 @@ def claim_due_schedules(
             s.watermark_at,
             s.grace,
             s.error,
+            s.start_at,
+            s.end_at,
+            s.max_runs,
+            s.fired_count,
         )
         .where(s.next_fire_at <= now)
         .order_by(s.next_fire_at)
@@ -90,9 +99,10 @@ def claim_due_schedules(
 
 
 def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[str, Any]]) -> None:
-    """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once.
+    """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once,
+    and add the fires each sent to its ``fired_count``.
 
-    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error"}``. On PostgreSQL
+    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error", "sent"}``. On PostgreSQL
     one ``UPDATE ... FROM unnest(...)`` per chunk; elsewhere one executemany.
     """
     if not changes:
@@ -107,6 +117,7 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
                 watermark_at=source.c.watermark_at,
                 next_fire_at=source.c.next_fire_at,
                 error=source.c.error,
+                fired_count=table.c.fired_count + source.c.sent,
             )
         )
         for start in range(0, len(changes), CHUNK):
@@ -118,6 +129,7 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
                     "b_watermark_at": [c["watermark_at"] for c in part],
                     "b_next_fire_at": [c["next_fire_at"] for c in part],
                     "b_error": [c["error"] for c in part],
+                    "b_sent": [c["sent"] for c in part],
                 },
             )
         return
@@ -128,6 +140,7 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
             watermark_at=bindparam("watermark_at"),
             next_fire_at=bindparam("next_fire_at"),
             error=bindparam("error"),
+            fired_count=table.c.fired_count + bindparam("sent", type_=Integer()),
         )
     )
     for start in range(0, len(changes), CHUNK):
@@ -139,6 +152,7 @@ _ADVANCE_COLUMNS = (
     ("watermark_at", "datetime"),
     ("next_fire_at", "datetime"),
     ("error", "text"),
+    ("sent", "int"),
 )
 
 
@@ -292,6 +306,10 @@ def health_columns(models: Models) -> list[Any]:
         table.c.consecutive_failures,
         table.c.last_success_at,
         table.c.last_success_nominal_at,
+        table.c.start_at,
+        table.c.end_at,
+        table.c.max_runs,
+        table.c.fired_count,
     ]
 
 

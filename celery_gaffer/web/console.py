@@ -164,7 +164,8 @@ class Console:
             return ScheduleView(schedule, Health.PAUSED, "")
         check_at = row["check_at"]
         if row["health"] == Health.OK and (check_at is None or check_at > now):
-            return ScheduleView(schedule, Health.OK, "")
+            done = "done: its bounds leave it nothing to fire" if schedule.finished else ""
+            return ScheduleView(schedule, Health.OK, done)
         health, _ = evaluate_safely(conn, self.database.models, row, now, self.database.settings)
         reason = health.reason
         if health.state == Health.LATE and health.due_nominal_at is not None:

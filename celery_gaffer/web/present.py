@@ -10,7 +10,7 @@ from typing import Any
 
 from ..cli.observe import run_reason
 from ..schedules.display import describe, when, zone_of
-from ..schedules.kinds import Cron, Every
+from ..schedules.kinds import At, Cron, Every, Schedule
 from ..store.schedule_rows import StoredSchedule
 
 __all__ = ["describe", "in_words", "iso", "run_json", "run_reason", "when", "zone_of"]
@@ -20,13 +20,15 @@ _NUMBER = re.compile(r"\d{1,2}")
 _STEP = re.compile(r"\*/(\d{1,2})")
 
 
-def in_words(schedule: Cron | Every | None) -> str:
+def in_words(schedule: Schedule | None) -> str:
     """A short English reading of common schedules ("daily at 02:30", "every 5 minutes");
     "" when the expression says it better itself."""
     if schedule is None:
         return ""
     if isinstance(schedule, Every):
         return _interval_words(schedule.interval)
+    if isinstance(schedule, At):
+        return "once"
     fields = schedule.expr.split()
     if len(fields) != 5:
         return ""
@@ -64,7 +66,7 @@ def iso(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def zone_name(schedule: Cron | Every | None) -> str:
+def zone_name(schedule: Schedule | None) -> str:
     """The zone a schedule's times are shown in: a cron schedule's own, else UTC."""
     return schedule.tz if isinstance(schedule, Cron) and zone_of(schedule) else "UTC"
 
@@ -94,6 +96,7 @@ def schedule_json(
         "overlap": stored.policy.overlap,
         "grace": stored.policy.grace,
         "starting_deadline": stored.policy.starting_deadline,
+        **stored.bounds_json(),
         "error": stored.error,
         "last_run": None if last_run is None else run_json(last_run),
     }

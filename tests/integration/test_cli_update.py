@@ -6,18 +6,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from celery import Celery
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from celery_gaffer import Scheduler, ScheduleStore, cron, every
-from celery_gaffer.cli import gaffer
 
-from ..support import FrozenClock, message_headers
+from ..support import FrozenClock, gaffer_cli, message_headers
 from .test_previews import database_rows
 
 UTC = timezone.utc
@@ -38,14 +36,6 @@ def app(database_url: str, redis_url: str) -> Iterator[Celery]:
 
     yield app
     app.close()
-
-
-def gaffer_cli(app: Celery, *args: str) -> Result:
-    try:
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
-    except TypeError:  # click 8.2 always keeps stderr apart
-        runner = CliRunner()
-    return runner.invoke(gaffer, list(args), obj=SimpleNamespace(app=app))
 
 
 def error_line(result: Result) -> str:

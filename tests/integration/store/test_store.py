@@ -64,6 +64,35 @@ def test_migrated_schema_equals_the_models(empty_url: str) -> None:
     assert diff == []
 
 
+def test_the_bounds_migration_keeps_existing_schedules_and_counts_from_zero(
+    empty_url: str,
+) -> None:
+    engine = get_engine(parse_database_url(empty_url))
+    assert migrate(engine, "gaffer_", to="0002") == (None, "0002")
+    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO gaffer_schedules (name, task, schedule, args, kwargs, options, "
+                "catchup, overlap, enabled, source, watermark_at, health, "
+                "consecutive_failures, created_at, updated_at) VALUES ('old', 't', "
+                "'{\"kind\": \"every\", \"interval\": 60}', '[]', '{}', '{}', 'latest', "
+                "'allow', :yes, 'db', :now, 'ok', 0, :now, :now)"
+            ),
+            {"now": now, "yes": True},
+        )
+    assert migrate(engine, "gaffer_") == ("0002", "0003")
+    models = models_for("gaffer_")
+    table = models.Schedule.__table__  # type: ignore[attr-defined]
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(table.c.fired_count, table.c.max_runs, table.c.start_at, table.c.end_at)
+        ).one()
+    assert tuple(row) == (0, None, None, None)
+    assert migrate(engine, "gaffer_", to="0002") == ("0003", "0002")
+    assert "fired_count" not in {c["name"] for c in inspect(engine).get_columns("gaffer_schedules")}
+
+
 def test_datetimes_round_trip_as_aware_utc(database_url: str) -> None:
     database = Database(GafferSettings.from_conf({"gaffer_database_url": database_url}))
     lease = database.models.Lease
