@@ -32,6 +32,7 @@ __all__ = [
     "KEY_LENGTH",
     "NAME_LENGTH",
     "NOMINAL_FORMAT",
+    "PING_URL_LENGTH",
     "STORED_HEALTH",
     "Catchup",
     "FireHeaders",
@@ -54,6 +55,8 @@ NAME_LENGTH = 200
 KEY_LENGTH = 512
 #: Longest error message kept on a run record (longer ones are cut).
 ERROR_LENGTH = 2000
+#: Longest ping URL of a schedule, in characters.
+PING_URL_LENGTH = 2048
 
 #: How a nominal time is written in a fire's key and in its ``gaffer_nominal_at`` header.
 NOMINAL_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -212,6 +215,8 @@ class FireHeaders:
     overlap: str | None = None  # sent only when not "allow"
     #: Celery's own header marking a Beat send (True), kept on retries too.
     beat_task: Any = None
+    #: The schedule's ping URL (``gaffer={"ping_url": ...}``), sent only when it has one.
+    ping: str | None = None
 
     #: Header name of each field.
     NAMES = (
@@ -220,11 +225,17 @@ class FireHeaders:
         ("key", "gaffer_key"),
         ("overlap", "gaffer_overlap"),
         ("beat_task", "celery_beat_task"),
+        ("ping", "gaffer_ping"),
     )
 
     @classmethod
     def for_fire(
-        cls, schedule: str, nominal_at: datetime, key: str, overlap: str = Overlap.ALLOW
+        cls,
+        schedule: str,
+        nominal_at: datetime,
+        key: str,
+        overlap: str = Overlap.ALLOW,
+        ping: str | None = None,
     ) -> FireHeaders:
         return cls(
             schedule=schedule,
@@ -232,6 +243,7 @@ class FireHeaders:
             key=key,
             overlap=None if overlap == Overlap.ALLOW else str(overlap),
             beat_task=True,
+            ping=ping,
         )
 
     @classmethod
@@ -246,6 +258,7 @@ class FireHeaders:
             getattr(request, "gaffer_key", None),
             getattr(request, "gaffer_overlap", None),
             getattr(request, "celery_beat_task", None),
+            getattr(request, "gaffer_ping", None),
         )
 
     def as_headers(self) -> dict[str, Any]:

@@ -152,6 +152,17 @@ def mask_url(url: URL | str) -> str:
     return rendered.replace("%2A%2A%2A", "***")
 
 
+def masked_ping_url(url: str) -> str:
+    """``url`` with its path and query hidden (a ping URL's path is its secret)."""
+    parts = urlsplit(url)
+    try:
+        host = parts.hostname or "?"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is not a number
+        host, port = "?", ""
+    return f"{parts.scheme}://{host}{port}/***"
+
+
 def _ambiguous_at(text: str) -> bool:
     """Whether a URL's text has more than one ``@`` before its path or query: an
     unescaped ``@`` in the password, which a parser would take for the host's start."""

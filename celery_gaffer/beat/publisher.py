@@ -31,9 +31,11 @@ def fire_headers(fire: Fire, payload: Payload) -> dict[str, Any]:
     """The message headers of a fire (see :class:`~celery_gaffer.protocol.FireHeaders`).
 
     ``gaffer_overlap`` carries the schedule's overlap policy to the task when it is not
-    ``allow``.
+    ``allow``, and ``gaffer_ping`` its ping URL when it has one.
     """
-    headers = FireHeaders.for_fire(fire.schedule, fire.nominal_at, fire.key, payload.overlap)
+    headers = FireHeaders.for_fire(
+        fire.schedule, fire.nominal_at, fire.key, payload.overlap, payload.ping_url
+    )
     return headers.as_headers()
 
 

@@ -364,6 +364,7 @@ class Tick:
             row.start_at,
             row.end_at,
             row.max_runs,
+            row.ping_url,
         )
         usable = self._parsed.get(cache_key)
         if usable is None:
@@ -434,9 +435,13 @@ def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
             "start_at": row.start_at,
             "end_at": row.end_at,
             "max_runs": row.max_runs,
+            "ping_url": row.ping_url,
         },
     )
-    payload = Payload(row.task, spec.args, spec.kwargs, spec.options, spec.policy.overlap)
+    policy = spec.policy
+    payload = Payload(
+        row.task, spec.args, spec.kwargs, spec.options, policy.overlap, ping_url=policy.ping_url
+    )
     return spec, payload
 
 

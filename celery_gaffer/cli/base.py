@@ -202,6 +202,11 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="Done after this many fires.",
         ),
+        click.option(
+            "--ping-url",
+            help="Pinged when a run starts (/start), succeeds and fails (/fail), "
+            "healthchecks.io style.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -210,7 +215,8 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 #: The keyword arguments :func:`policy_options` adds.
 POLICY_PARAMETERS = (
-    "catchup", "overlap", "starting_deadline", "grace", "start_at", "end_at", "max_runs"
+    "catchup", "overlap", "starting_deadline", "grace", "start_at", "end_at", "max_runs",
+    "ping_url",
 )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from ..store.database import driver_reason
 from .delivery import Delivery, DeliveryPolicy
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
+from .pings import END_EVENTS, ping
 
 logger = logging.getLogger("celery_gaffer.runs")
 
@@ -180,6 +181,7 @@ class Recorder:
             heartbeat_for(self.app).add(row[0])
         except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
             _record_failed("start", task_id, exc)
+        ping(headers.ping, "start", task_id)
 
     def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
         if exception is not None and self._mine(sender):
@@ -259,6 +261,8 @@ class Recorder:
             _record_failed("end", task_id, exc)
         finally:
             release_quietly(held)
+        if outcome in END_EVENTS:
+            ping(headers.ping, END_EVENTS[outcome], task_id)
 
     def revoked(
         self, sender: Any = None, request: Any = None, terminated: bool = False, **_: Any
@@ -285,3 +289,4 @@ class Recorder:
                 )
         except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
             _record_failed("revocation", getattr(request, "id", "?"), exc)
+        ping(headers.ping, "fail", getattr(request, "id", None))

@@ -19,14 +19,22 @@ from typing import Any
 from celery.schedules import crontab
 
 from ..exceptions import InvalidInput
-from ..protocol import KEY_LENGTH, NAME_LENGTH, Catchup, FireHeaders, Overlap
+from ..protocol import KEY_LENGTH, NAME_LENGTH, PING_URL_LENGTH, Catchup, FireHeaders, Overlap
 from .bounds import BOUND_KEYS, Bounds, validate_bounds
 from .celery_beat import crontab_refusal
 from .kinds import MAX_DELAY_SECONDS, Schedule, as_schedule
 
 CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
 OVERLAP_POLICIES = tuple(str(policy) for policy in Overlap)
-_GAFFER_KEYS = ("catchup", "starting_deadline", "overlap", "grace", "enabled", *BOUND_KEYS)
+_GAFFER_KEYS = (
+    "catchup",
+    "starting_deadline",
+    "overlap",
+    "grace",
+    "enabled",
+    *BOUND_KEYS,
+    "ping_url",
+)
 
 #: Largest ``args``, ``kwargs`` or ``options`` of a schedule, as JSON text (bytes).
 MAX_JSON_BYTES = 64 * 1024
@@ -95,6 +103,8 @@ class Policy:
     grace: float | None = None
     enabled: bool = True
     bounds: Bounds = field(default_factory=Bounds)
+    #: Pinged when a fire's run starts (``/start``), succeeds and fails (``/fail``).
+    ping_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +379,25 @@ def validate_policy(gaffer: Mapping[str, Any] | None) -> Policy:
         grace=_optional_seconds(gaffer.get("grace"), "gaffer.grace", allow_zero=True),
         enabled=enabled,
         bounds=validate_bounds(gaffer),
+        ping_url=_ping_url(gaffer.get("ping_url")),
     )
+
+
+def _ping_url(value: Any) -> str | None:
+    """An http(s) URL with a host, without spaces or control characters, or None."""
+    if value is None:
+        return None
+    where = "gaffer.ping_url"
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise InvalidInput(f"{where}: expected an http:// or https:// URL", field=where)
+    if len(value) > PING_URL_LENGTH or any(c.isspace() for c in value):
+        raise InvalidInput(
+            f"{where}: at most {PING_URL_LENGTH} characters, without spaces", field=where
+        )
+    printable_text(value, where)
+    if not value.partition("://")[2].split("/", 1)[0]:
+        raise InvalidInput(f"{where}: the URL has no host", field=where)
+    return value
 
 
 def validate_entry(

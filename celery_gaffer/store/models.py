@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
-from ..protocol import KEY_LENGTH, NAME_LENGTH
+from ..protocol import KEY_LENGTH, NAME_LENGTH, PING_URL_LENGTH
 from .types import BigId, UTCDateTime
 
 NAMING_CONVENTION = {
@@ -73,6 +73,8 @@ class ScheduleRow:
     end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     max_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
     fired_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Pinged (healthchecks.io style) by the worker when a fire's run starts and ends.
+    ping_url: Mapped[str | None] = mapped_column(String(PING_URL_LENGTH), nullable=True)
     # Health, kept current by the run recorder and Beat's health check.
     health: Mapped[str] = mapped_column(String(8), default="ok")
     check_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)

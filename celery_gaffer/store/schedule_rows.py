@@ -15,6 +15,7 @@ from ..exceptions import GafferError
 from ..schedules.bounds import Bounds
 from ..schedules.kinds import At, Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec
+from ..settings import masked_ping_url
 
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -59,14 +60,16 @@ class StoredSchedule:
         )
 
     def bounds_json(self) -> dict[str, Any]:
-        """Its bounds and count of fires sent, JSON-able (for ``--json`` and the API)."""
-        bounds = self.policy.bounds
+        """Its bounds, count of fires sent and ping URL (masked), JSON-able (for ``--json``
+        and the API)."""
+        bounds, url = self.policy.bounds, self.policy.ping_url
         return {
             "start_at": None if bounds.start_at is None else bounds.start_at.isoformat(),
             "end_at": None if bounds.end_at is None else bounds.end_at.isoformat(),
             "max_runs": bounds.max_runs,
             "fired_count": self.fired_count,
             "done": self.finished,
+            "ping_url": None if url is None else masked_ping_url(url),
         }
 
 
@@ -107,6 +110,7 @@ def columns(
         "start_at": bounds.start_at,
         "end_at": bounds.end_at,
         "max_runs": bounds.max_runs,
+        "ping_url": spec.policy.ping_url,
         "watermark_at": watermark,
         "next_fire_at": next_fire_at,
         "check_at": next_fire_at,
@@ -125,6 +129,7 @@ def policy_dict(policy: Policy) -> dict[str, Any]:
         "start_at": policy.bounds.start_at,
         "end_at": policy.bounds.end_at,
         "max_runs": policy.bounds.max_runs,
+        "ping_url": policy.ping_url,
     }
 
 
@@ -140,6 +145,7 @@ def differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
         current.policy.overlap,
         current.policy.grace,
         current.policy.bounds,
+        current.policy.ping_url,
     ) != (
         spec.task,
         spec.schedule,
@@ -151,6 +157,7 @@ def differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
         spec.policy.overlap,
         spec.policy.grace,
         spec.policy.bounds,
+        spec.policy.ping_url,
     )
 
 
@@ -189,6 +196,7 @@ def stored(row: Mapping[Any, Any]) -> StoredSchedule:
             grace=row["grace"],
             enabled=row["enabled"],
             bounds=Bounds(row["start_at"], row["end_at"], row["max_runs"]),
+            ping_url=row["ping_url"],
         ),
         source=row["source"],
         watermark_at=row["watermark_at"],

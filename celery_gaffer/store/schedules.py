@@ -57,6 +57,7 @@ class DueSchedule:
     end_at: datetime | None = None
     max_runs: int | None = None
     fired_count: int = 0
+    ping_url: str | None = None
 
 
 def claim_due_schedules(
@@ -88,6 +89,7 @@ def claim_due_schedules(
             s.end_at,
             s.max_runs,
             s.fired_count,
+            s.ping_url,
         )
         .where(s.next_fire_at <= now)
         .order_by(s.next_fire_at)
@@ -208,6 +210,8 @@ class Payload:
     overlap: str = Overlap.ALLOW
     #: Why the schedule cannot fire now (its fires wait, pending, until it can).
     error: str | None = None
+    #: The schedule's ping URL (healthchecks.io style), if any.
+    ping_url: str | None = None
 
 
 def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:
@@ -224,8 +228,9 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
             type_coerce(s.options, Text),
             s.overlap,
             s.error,
+            s.ping_url,
         ).where(matches(conn, s.name, wanted[start : start + CHUNK], "str"))
-        for name, task, args, kwargs, options, overlap, error in conn.execute(stmt):
+        for name, task, args, kwargs, options, overlap, error, ping_url in conn.execute(stmt):
             try:
                 payloads[name] = Payload(
                     task,
@@ -234,6 +239,7 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
                     dict(decode_json(options)),
                     overlap,
                     error,
+                    ping_url,
                 )
             except (TypeError, ValueError):
                 continue

@@ -1,4 +1,4 @@
-"""Schedule bounds: start_at, end_at, max_runs and the count of fires sent.
+"""Schedule bounds (start_at, end_at, max_runs and the count of fires sent) and ping URLs.
 
 Revision ID: 0003
 Revises: 0002
@@ -29,9 +29,10 @@ def upgrade() -> None:
         batch.add_column(sa.Column("end_at", UTCDateTime(), nullable=True))
         batch.add_column(sa.Column("max_runs", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("fired_count", sa.Integer(), nullable=False, server_default="0"))
+        batch.add_column(sa.Column("ping_url", sa.String(2048), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table(f"{_prefix()}schedules") as batch:
-        for column in ("fired_count", "max_runs", "end_at", "start_at"):
+        for column in ("ping_url", "fired_count", "max_runs", "end_at", "start_at"):
             batch.drop_column(column)
