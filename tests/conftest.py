@@ -17,6 +17,7 @@ from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import dispose_engines, get_engine, migrate, models_for
 
 from .services import AMQP_URL, POSTGRES_URL, REDIS_URL, service_missing
+from .support import FrozenClock
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -133,3 +134,9 @@ def amqp_url() -> str:
     except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
         service_missing("RabbitMQ", AMQP_URL, exc)
     return AMQP_URL
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    """A clock that moves only when told to: 2026-06-01 12:00Z, a Monday."""
+    return FrozenClock()

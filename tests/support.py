@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -56,3 +58,22 @@ def gaffer_cli(app: Any, *args: str) -> Any:
     except TypeError:  # click 8.2 always keeps stderr apart
         runner = CliRunner()
     return runner.invoke(gaffer, list(args), obj=SimpleNamespace(app=app))
+
+
+@contextmanager
+def noop_app(name: str, database_url: str, broker: str = "memory://", **conf: Any) -> Iterator[Any]:
+    """A Celery app on ``database_url`` with the task ``t.noop`` (and ``conf``), closed after."""
+    from celery import Celery
+
+    app = Celery(name, broker=broker, set_as_current=False)
+    app.conf.gaffer_database_url = database_url
+    app.conf.update(conf)
+
+    @app.task(name="t.noop", shared=False)
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    try:
+        yield app
+    finally:
+        app.close()

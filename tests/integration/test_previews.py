@@ -17,27 +17,15 @@ from celery_gaffer.schedule_store import Preview
 from celery_gaffer.schedules.preview import fires_from
 from celery_gaffer.store import database_for
 
-from ..support import FrozenClock, message_headers
+from ..support import FrozenClock, message_headers, noop_app
 
 UTC = timezone.utc
 
 
 @pytest.fixture
 def app(database_url: str, redis_url: str) -> Iterator[Celery]:
-    app = Celery("preview-test", broker=redis_url, set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-
-    @app.task(name="t.noop", shared=False)
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock()  # 2026-06-01 12:00Z, a Monday
+    with noop_app("preview-test", database_url, redis_url) as app:
+        yield app
 
 
 @pytest.fixture

@@ -12,25 +12,13 @@ from celery import Celery
 from celery_gaffer import GafferError, InvalidSchedule, ScheduleStore, cron, every
 from celery_gaffer.exceptions import InvalidInput, ScheduleExists, ScheduleNotFound
 
-from ..support import FrozenClock
+from ..support import FrozenClock, noop_app
 
 
 @pytest.fixture
 def app(database_url: str) -> Iterator[Celery]:
-    app = Celery("store-test", broker="memory://", set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-
-    @app.task(name="t.noop", shared=False)
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock()
+    with noop_app("store-test", database_url) as app:
+        yield app
 
 
 @pytest.fixture

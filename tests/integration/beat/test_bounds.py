@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -21,27 +20,15 @@ from celery_gaffer import InvalidInput, InvalidSchedule, Scheduler, ScheduleStor
 from celery_gaffer.beat.health import all_health
 from celery_gaffer.store import database_for
 
-from ...support import FrozenClock, gaffer_cli, message_headers
+from ...support import FrozenClock, gaffer_cli, message_headers, noop_app
 
 UTC = timezone.utc
 
 
 @pytest.fixture
 def app(database_url: str, redis_url: str) -> Iterator[Celery]:
-    app = Celery("bounds-test", broker=redis_url, set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-
-    @app.task(name="t.noop", shared=False)
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock()
+    with noop_app("bounds-test", database_url, redis_url) as app:
+        yield app
 
 
 def nominal_times(redis_url: str, name: str) -> list[str]:

@@ -21,25 +21,13 @@ from celery_gaffer.beat.tick import ERROR_RECHECK
 from celery_gaffer.protocol import fire_key
 from celery_gaffer.store import database_for
 
-from ...support import FrozenClock, message_headers
+from ...support import FrozenClock, message_headers, noop_app
 
 
 @pytest.fixture
 def app(database_url: str, redis_url: str) -> Iterator[Celery]:
-    app = Celery("isolation-test", broker=redis_url, set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-
-    @app.task(name="t.noop", shared=False)
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock()
+    with noop_app("isolation-test", database_url, redis_url) as app:
+        yield app
 
 
 def sent(redis_url: str) -> Counter[str]:

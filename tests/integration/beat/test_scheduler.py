@@ -17,27 +17,15 @@ from celery_gaffer import GafferError, Scheduler, ScheduleStore, cron, every
 from celery_gaffer.protocol import fire_key, fire_task_id
 from celery_gaffer.store import database_for
 
-from ...support import FrozenClock, message_headers
+from ...support import FrozenClock, message_headers, noop_app
 
 
 @pytest.fixture
 def app(database_url: str, redis_url: str) -> Iterator[Celery]:
-    app = Celery("sched-test", broker=redis_url, set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-    app.conf.gaffer_max_catchup = 4
-    app.conf.gaffer_republish_after = 30
-
-    @app.task(name="t.noop", shared=False)
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock()
+    with noop_app(
+        "sched-test", database_url, redis_url, gaffer_max_catchup=4, gaffer_republish_after=30
+    ) as app:
+        yield app
 
 
 def make_scheduler(app: Celery, clock: FrozenClock) -> Scheduler:

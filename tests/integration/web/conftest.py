@@ -18,7 +18,7 @@ from celery_gaffer.store import database_for
 from celery_gaffer.store.models import table_of
 from celery_gaffer.web import create_app
 
-from ...support import FrozenClock
+from ...support import FrozenClock, noop_app
 
 TOKEN = "console-token-0123456789"
 SCRIPT_NAME = "<script>alert(1)</script>"
@@ -52,20 +52,8 @@ class Client:
 
 @pytest.fixture
 def celery_app(database_url: str) -> Iterator[Celery]:
-    app = Celery("web-test", broker="memory://", set_as_current=False)
-    app.conf.gaffer_database_url = database_url
-
-    @app.task(name="t.noop", shared=False)
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    return FrozenClock()
+    with noop_app("web-test", database_url) as app:
+        yield app
 
 
 @pytest.fixture
