@@ -23,7 +23,7 @@ from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
 from .protocol import Health
 from .schedules.changes import ScheduleChanges, new_timing
-from .schedules.kinds import Schedule
+from .schedules.kinds import At, Schedule
 from .schedules.preview import Preview as Preview
 from .schedules.preview import (
     backfill_nominals,
@@ -36,7 +36,14 @@ from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
 from .store.previews import ledger_nominals
-from .store.schedule_rows import StoredSchedule, columns, new_watermark, policy_dict
+from .store.schedule_rows import (
+    StoredSchedule,
+    Timings,
+    columns,
+    kept_watermark,
+    new_watermark,
+    policy_dict,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -97,7 +104,8 @@ class ScheduleStore:
                         "(pass replace=True to overwrite it)",
                         field="name",
                     )
-                values = columns(spec, existing.watermark_at, now, existing.fired_count)
+                start = kept_watermark(existing, spec, now)
+                values = columns(spec, start, now, existing.fired_count)
                 values["source"] = self._source
                 rows.update_schedule(conn, self._models, spec.name, values)
             else:
@@ -116,6 +124,7 @@ class ScheduleStore:
         known = self._known_tasks()
         iterator = iter(entries)
         added = 0
+        timings = Timings()
         while chunk := list(islice(iterator, chunk_size)):
             now = self._clock()
             new_rows = []
@@ -127,7 +136,7 @@ class ScheduleStore:
                         f"entry {added + offset}: {exc} ({added} schedules were added before it)",
                         field=exc.field,
                     ) from exc
-                new_rows.append(self._new_row(spec, now))
+                new_rows.append(self._new_row(spec, now, timings=timings))
             try:
                 with self.database.begin() as conn:
                     rows.insert_schedules(conn, self._models, new_rows)
@@ -294,15 +303,17 @@ class ScheduleStore:
         return validate_entry(**entry, known_tasks=self._known_tasks())
 
     def _new_row(
-        self, spec: ScheduleSpec, now: datetime, watermark: datetime | None = None
+        self,
+        spec: ScheduleSpec,
+        now: datetime,
+        watermark: datetime | None = None,
+        timings: Timings | None = None,
     ) -> dict[str, Any]:
-        return {
-            "name": spec.name,
-            "source": self._source,
-            "created_at": now,
-            # A given watermark (an importer's last run) is kept as is.
-            **columns(spec, new_watermark(spec, now) if watermark is None else watermark, now),
-        }
+        # A given watermark (an importer's last run) is kept as is.
+        start = new_watermark(spec, now) if watermark is None else watermark
+        row = columns(spec, start, now, timings=timings)
+        row.update(name=spec.name, source=self._source, created_at=now)
+        return row
 
     def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         now = self._clock()
@@ -367,7 +378,9 @@ class ScheduleStore:
             gaffer=policy,
         )
         if timing is None:
-            return spec, current.watermark_at, False
+            return spec, kept_watermark(current, spec, now), False
+        if isinstance(timing, At):
+            return spec, new_watermark(spec, now), True
         return spec, max(current.watermark_at, now), True
 
     def _recheck(self, current: StoredSchedule) -> ScheduleSpec:

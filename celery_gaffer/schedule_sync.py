@@ -20,7 +20,7 @@ from .protocol import Catchup, Overlap
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database
 from .store import schedules as rows
-from .store.schedule_rows import columns, differs, new_watermark, stored
+from .store.schedule_rows import columns, differs, kept_watermark, new_watermark, stored
 
 logger = logging.getLogger("celery_gaffer.schedules")
 
@@ -96,7 +96,8 @@ def _sync(
                     new_row.update(columns(spec, new_watermark(spec, now), now))
                     rows.insert_schedules(conn, models, [new_row])
                     continue
-                values = columns(spec, current.watermark_at, now, current.fired_count)
+                start = kept_watermark(current, spec, now)
+                values = columns(spec, start, now, current.fired_count)
                 if not current.enabled:
                     values.update(enabled=False, next_fire_at=None, check_at=None)
                 if current.error is not None or differs(current, spec):

@@ -154,12 +154,12 @@ def mask_url(url: URL | str) -> str:
 
 def masked_ping_url(url: str) -> str:
     """``url`` with its path and query hidden (a ping URL's path is its secret)."""
-    parts = urlsplit(url)
     try:
+        parts = urlsplit(url)
         host = parts.hostname or "?"
         port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a port that is not a number
-        host, port = "?", ""
+    except ValueError:  # a port that is not a number, a broken IPv6 host
+        return "***"
     return f"{parts.scheme}://{host}{port}/***"
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -209,6 +210,7 @@ class Tick:
                 return False
             plans: list[RowPlan] = []
             changes: list[dict[str, Any]] = []
+            plan_changes: dict[str, dict[str, Any]] = {}
             payloads: dict[str, Payload] = {}
             for row in due:
                 # Whatever one row holds, only that schedule goes to error: the others
@@ -236,9 +238,15 @@ class Tick:
                 _log_decision(row, decision)
                 plans.append(plan)
                 changes.append(plan.change)
+                plan_changes[row.name] = plan.change
                 payloads[row.name] = payload
             new_fires = [fire for plan in plans for fire in plan.fires]
             inserted = ledger.insert_fires(conn, self.models, new_fires, now)
+            # What max_runs counts: the fires this tick really added (a fire already in
+            # the ledger, from a backfill of the same time say, is not sent again).
+            sent = Counter(fire.schedule for fire in inserted)
+            for name, change in plan_changes.items():
+                change["sent"] = sent.get(name, 0)
             schedule_rows.advance_schedules(conn, self.models, changes)
             recovered = [row.name for row in due if row.error is not None and row.name in payloads]
             # A schedule newly in error, or out of it, is checked: its health changed.

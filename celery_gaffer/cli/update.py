@@ -8,6 +8,7 @@ from typing import Any, cast
 import click
 
 from ..schedules.changes import ScheduleChanges, new_timing
+from ..schedules.kinds import At
 from ..schedules.preview import Preview
 from ..store.schedule_rows import StoredSchedule
 from .base import (
@@ -20,7 +21,7 @@ from .base import (
     policy_options,
     store_of,
 )
-from .times import when, zone_of
+from .times import aware_option, when, zone_of
 
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Show what it would do (checked the same way); change nothing."
@@ -28,8 +29,9 @@ dry_run_option = click.option(
 
 #: How many of the next fires ``update`` shows.
 NEXT_FIRES = 3
-_OPTIONS = "--cron, --every, --tz, --jitter, --task, --args, --kwargs, --options, --catchup, "
-_OPTIONS += "--overlap, --starting-deadline, --grace, --start-at, --end-at or --max-runs"
+_OPTIONS = "--cron, --every, --at, --tz, --jitter, --task, --args, --kwargs, --options, "
+_OPTIONS += "--catchup, --overlap, --starting-deadline, --grace, --start-at, --end-at, "
+_OPTIONS += "--max-runs or --ping-url"
 
 
 @gaffer.command()
@@ -38,6 +40,11 @@ _OPTIONS += "--overlap, --starting-deadline, --grace, --start-at, --end-at or --
     "--cron", "cron_expr", help="New cron expression; keeps the zone (UTC if it was --every)."
 )
 @click.option("--every", "every_seconds", type=float, help="New interval in whole seconds.")
+@click.option(
+    "--at",
+    "at_text",
+    help="Fire once, at this ISO 8601 time with an offset (a time already past: at once).",
+)
 @click.option("--tz", help="New IANA zone of the cron expression (cron schedules only).")
 @click.option("--jitter", type=float, help="Delay each fire by up to this many s.")
 @click.option("--task", help="New task name.")
@@ -54,6 +61,7 @@ def update(
     name: str,
     cron_expr: str | None,
     every_seconds: float | None,
+    at_text: str | None,
     tz: str | None,
     jitter: float | None,
     task: str | None,
@@ -76,6 +84,7 @@ def update(
         for key, value in (
             ("cron", cron_expr),
             ("every", every_seconds),
+            ("schedule", None if at_text is None else At(aware_option(at_text, "--at"))),
             ("tz", tz),
             ("jitter", jitter),
             ("task", task),
@@ -90,8 +99,8 @@ def update(
         changes["gaffer"] = policy
     if not changes:
         fail(f"nothing to change: give at least one of {_OPTIONS}")
-    if cron_expr is not None and every_seconds is not None:
-        fail("give only one of --cron EXPR or --every SECONDS")
+    if [cron_expr, every_seconds, at_text].count(None) < 2:
+        fail("give only one of --cron EXPR, --every SECONDS or --at TIME")
     store = store_of(ctx)
     if dry_run:
         preview = store.preview_update(name, **changes)

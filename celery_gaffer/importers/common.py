@@ -82,6 +82,10 @@ def _apply(store: ScheduleStore, candidate: Candidate, dry_run: bool) -> ImportL
         return ImportLine(candidate.name, REFUSED, candidate.reason, candidate.note)
     note = candidate.note
     current = stored(store, spec.name)
+    if current is not None and not current.enabled and spec.policy.enabled:
+        # The source says enabled: the import resumes it, from now (as resume does).
+        resumed = "paused here, enabled in the source: resumed from now"
+        note = resumed if note is None else f"{note}; {resumed}"
     if current is None:
         detail = f"{spec.task}, {spec.schedule!r}"
         if candidate.watermark is not None:

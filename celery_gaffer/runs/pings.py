@@ -135,8 +135,18 @@ def pinger() -> Pinger:
 
 def ping(url: str | None, event: str, run_id: str | None) -> None:
     """Queue a ping when the run's schedule has a ping URL."""
-    if url:
+    if not url:
+        return
+    try:
         pinger().send(url, event, run_id)
+    except ValueError as exc:  # a URL written around the checks (by hand, say)
+        logger.warning(
+            "ping %s of %s not sent: %s",
+            event,
+            masked_ping_url(url),
+            exc,
+            extra={"action": "ping_failed"},
+        )
 
 
 __all__ = ["END_EVENTS", "Pinger", "masked_ping_url", "ping", "ping_target", "pinger"]

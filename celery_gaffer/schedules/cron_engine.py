@@ -17,6 +17,7 @@ fires, and a gap that ends off the minute (Africa/Monrovia 1972) is rounded to t
 
 from __future__ import annotations
 
+import functools
 import heapq
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -151,6 +152,16 @@ def is_fixed_time(fields: str) -> bool:
     return not minute.startswith("*") and not hour.startswith("*")
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(fields: str) -> tuple[CronSim, tuple[int, ...]]:
+    """cronsim's parse of ``fields`` and its hours (a bad expression is not cached)."""
+    try:
+        template = CronSim(for_cronsim(fields), datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise InvalidSchedule(f"expr {fields!r} is invalid: {exc}", field="expr") from exc
+    return template, tuple(sorted(template.hours))
+
+
 class ZonedCron:
     """Fires of one five-field expression in one zone (the engine behind ``Cron``).
 
@@ -161,12 +172,9 @@ class ZonedCron:
     __slots__ = ("_fixed_time", "_hours", "_last_gap", "_template", "_zone")
 
     def __init__(self, fields: str, zone: tzinfo, fixed_time: bool) -> None:
-        try:
-            # Parsed once here; every query copies this object instead of re-parsing.
-            self._template = CronSim(for_cronsim(fields), datetime(2000, 1, 1))
-        except CronSimError as exc:
-            raise InvalidSchedule(f"expr {fields!r} is invalid: {exc}", field="expr") from exc
-        self._hours = tuple(sorted(self._template.hours))
+        # Parsed once per expression; every query copies the template instead of
+        # re-parsing, so engines of the same expression share it.
+        self._template, self._hours = _parsed(fields)
         self._zone = zone
         self._fixed_time = fixed_time
         # The most recent gap end found, as (before, end): a gap holds many matching

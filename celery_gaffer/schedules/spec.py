@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery.schedules import crontab
 
@@ -206,8 +207,23 @@ def validate_task(task: Any, known_tasks: Mapping[str, Any] | None) -> str:
     return task
 
 
+# Values that read back from JSON as themselves (floats may not: -0.0, 1e400).
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def json_value(value: Any, field_name: str) -> Any:
     """``value`` as it will read back from the database, or InvalidInput naming the field."""
+    kind = type(value)
+    if kind in (list, dict):
+        if not value:
+            return kind()
+        # A flat list or str-keyed dict of plain values reads back as itself: no round
+        # trip through the JSON decoder (a bulk load has one such value per entry).
+        items = value.values() if kind is dict else value
+        if (kind is list or all(type(k) is str for k in value)) and all(
+            type(item) in _PLAIN for item in items
+        ):
+            return _checked_plain(value, field_name)
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -226,6 +242,21 @@ def json_value(value: Any, field_name: str) -> Any:
             field=field_name,
         )
     return decoded
+
+
+def _checked_plain(value: Any, field_name: str) -> Any:
+    """A copy of a flat list or dict of plain values, checked as :func:`json_value` does."""
+    if len(json.dumps(value)) > MAX_JSON_BYTES:
+        raise InvalidInput(
+            f"{field_name}: larger than {MAX_JSON_BYTES} bytes as JSON", field=field_name
+        )
+    bad = _unstorable_text(value)
+    if bad is not None:
+        raise InvalidInput(
+            f"{field_name}: {bad!r} holds NUL or a lone surrogate, which cannot be stored",
+            field=field_name,
+        )
+    return dict(value) if type(value) is dict else list(value)
 
 
 def _unstorable_text(value: Any) -> str | None:
@@ -395,7 +426,12 @@ def _ping_url(value: Any) -> str | None:
             f"{where}: at most {PING_URL_LENGTH} characters, without spaces", field=where
         )
     printable_text(value, where)
-    if not value.partition("://")[2].split("/", 1)[0]:
+    try:
+        parts = urlsplit(value)
+        host, _port = parts.hostname, parts.port  # .port raises for a bad port
+    except ValueError as exc:
+        raise InvalidInput(f"{where}: not a valid URL ({exc})", field=where) from None
+    if not host:
         raise InvalidInput(f"{where}: the URL has no host", field=where)
     return value
 

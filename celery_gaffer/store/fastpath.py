@@ -28,7 +28,7 @@ the lowest and the newest versions it allows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
@@ -123,6 +123,37 @@ def execute(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Outc
         # Wrapped, evented and (on a lost connection) invalidated as SQLAlchemy would.
         conn._handle_dbapi_exception(exc, plan.sql, bound, cursor, None)
     return Rows(rows, rowcount)
+
+
+def can_copy(conn: Connection) -> bool:
+    """Whether :func:`copy_rows` can stream rows with ``COPY`` (PostgreSQL with psycopg)."""
+    return conn.dialect.driver == "psycopg" and hasattr(conn, "_handle_dbapi_exception")
+
+
+def copy_rows(
+    conn: Connection, table: Any, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> None:
+    """Stream ``rows`` (values in the order of ``columns``) into ``table`` with ``COPY ...
+    FROM STDIN``, in the caller's transaction.
+
+    The statement names only the table and its columns (quoted by the dialect); every
+    value travels in COPY's data stream, converted by psycopg as a bound parameter is,
+    never as SQL text. A failure is wrapped as SQLAlchemy wraps any statement's
+    (``IntegrityError`` for a repeated key).
+    """
+    preparer = conn.dialect.identifier_preparer
+    names = ", ".join(preparer.quote(name) for name in columns)
+    sql = f"COPY {preparer.format_table(table)} ({names}) FROM STDIN"
+    driver: Any = conn.connection.driver_connection
+    cursor = None
+    try:
+        cursor = driver.cursor()
+        with cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.close()
+    except BaseException as exc:  # noqa: BLE001 - it re-raises, as SQLAlchemy does
+        conn._handle_dbapi_exception(exc, sql, {}, cursor, None)
 
 
 def pipelines(conn: Connection) -> bool:

@@ -141,7 +141,10 @@ def test_update_changes_only_what_is_given(app: Celery) -> None:
         (["--jitter", "86400", "--tz", "UTC"], "jitter"),
         (["--args", "not json", "--tz", "UTC"], "--args"),
         (["--options", '{"task_id": "x"}', "--tz", "UTC"], "options"),
-        (["--cron", "0 3 * * *", "--every", "60"], "only one of --cron EXPR or --every"),
+        (
+            ["--cron", "0 3 * * *", "--every", "60"],
+            "only one of --cron EXPR, --every SECONDS or --at",
+        ),
         (["--catchup", "some"], "--catchup"),
         ([], "nothing to change"),
     ],

@@ -194,3 +194,21 @@ def test_add_refuses_a_naive_or_future_watermark_and_writes_nothing(app: Celery)
             store.add("often", "t.report", every(60), watermark_at=bad)
         assert info.value.field == "watermark_at"
     assert store.list() == []
+
+
+def test_a_re_import_of_an_enabled_entry_resumes_a_paused_schedule_from_now(
+    app: Celery,
+) -> None:
+    app.conf.beat_schedule = {"often": {"task": "t.report", "schedule": timedelta(minutes=5)}}
+    assert gaffer_cli(app, "import", "beat-schedule").exit_code == 0
+    ScheduleStore(app).pause("often")
+    preview = gaffer_cli(app, "import", "beat-schedule", "--dry-run")
+    assert lines_of(preview.stdout)["often"] == (
+        "often: changed: gaffer (note: paused here, enabled in the source: resumed from now)"
+    )
+    assert not ScheduleStore(app).get("often").enabled
+    before = datetime.now(UTC)
+    assert gaffer_cli(app, "import", "beat-schedule").exit_code == 0
+    resumed = ScheduleStore(app).get("often")
+    assert resumed.enabled
+    assert resumed.watermark_at >= before.replace(microsecond=0)  # nothing of the pause

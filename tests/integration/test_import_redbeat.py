@@ -199,10 +199,16 @@ def test_apply_writes_a_second_run_changes_nothing_and_a_change_names_its_fields
     preview = gaffer_cli(app, "import", "redbeat", "--dry-run")
     lines = lines_of(preview.stdout)
     assert lines["nightly"].startswith("nightly: changed: args (note: ")
-    assert lines["paused"] == "paused: changed: schedule, gaffer"
+    assert lines["paused"] == (
+        "paused: changed: schedule, gaffer "
+        "(note: paused here, enabled in the source: resumed from now)"
+    )
     assert ScheduleStore(app).get("nightly").args == ["daily"]
     third = gaffer_cli(app, "import", "redbeat")
-    assert lines_of(third.stdout)["paused"] == "paused: changed: schedule, gaffer"
+    assert lines_of(third.stdout)["paused"] == (
+        "paused: changed: schedule, gaffer "
+        "(note: paused here, enabled in the source: resumed from now)"
+    )
     assert ScheduleStore(app).get("nightly").args == ["weekly"]
     assert ScheduleStore(app).get("paused").enabled is True
 

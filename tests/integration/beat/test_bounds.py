@@ -207,3 +207,67 @@ def test_the_fire_count_is_stored_with_the_tick_that_sends(app: Celery, clock: F
         count = conn.execute(select(table.c.fired_count).where(table.c.name == "counted")).scalar()
     assert count == 3
     assert store.get("counted").fired_count == 3
+
+
+def test_loosening_the_bounds_of_a_done_schedule_starts_it_again_from_now(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    end = clock() + timedelta(minutes=5)
+    store.add("ends", "t.noop", every(60), gaffer={"catchup": "all", "end_at": end})
+    store.add("capped", "t.noop", every(60), gaffer={"catchup": "all", "max_runs": 2})
+    beat = Scheduler(app, clock=clock)
+    tick_both([beat], clock, 60, 10)
+    assert len(nominal_times(redis_url, "ends")) == 5
+    assert len(nominal_times(redis_url, "capped")) == 2
+    clock.advance(86400)  # a day later both get room again
+    store.update("ends", gaffer={"end_at": end + timedelta(days=7)})
+    store.update("capped", gaffer={"max_runs": 3})
+    tick_both([beat], clock, 60, 3)
+    # Nothing of the day they were done: only fires after the edit.
+    assert len(nominal_times(redis_url, "ends")) == 5 + 3
+    assert len(nominal_times(redis_url, "capped")) == 3
+    assert min(nominal_times(redis_url, "ends")[5:]) > clock().strftime("%Y-%m-%dT00:00")
+
+
+def test_an_at_given_a_past_time_by_update_or_replace_fires_once_at_once(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("moved", "t.noop", at(clock() + timedelta(days=1)))
+    store.add("replaced", "t.noop", at(clock() + timedelta(days=1)))
+    past = clock() - timedelta(minutes=3)
+    store.update("moved", schedule=at(past))
+    store.add("replaced", "t.noop", at(past - timedelta(minutes=1)), replace=True)
+    tick_both([Scheduler(app, clock=clock)], clock, 5, 3)
+    assert nominal_times(redis_url, "moved") == [past.strftime("%Y-%m-%dT%H:%M:%SZ")]
+    assert len(nominal_times(redis_url, "replaced")) == 1
+
+
+def test_replacing_a_paused_schedule_with_an_enabled_one_sends_nothing_of_the_pause(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("held", "t.noop", every(60), gaffer={"catchup": "all"})
+    store.pause("held")
+    clock.advance(86400)
+    store.add("held", "t.noop", every(60), gaffer={"catchup": "all"}, replace=True)
+    tick_both([Scheduler(app, clock=clock)], clock, 60, 2)
+    assert len(nominal_times(redis_url, "held")) == 2
+
+
+def test_a_fire_already_in_the_ledger_does_not_count_toward_max_runs(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("backfilled", "t.noop", every(60), gaffer={"max_runs": 2})
+    beat = Scheduler(app, clock=clock)
+    clock.advance(60)
+    # The first fire sent by hand before Beat's tick reaches it: the tick adds nothing.
+    store.backfill("backfilled", clock() - timedelta(seconds=1), clock())
+    beat.tick()
+    assert store.get("backfilled").fired_count == 0
+    tick_both([beat], clock, 60, 4)
+    stored = store.get("backfilled")
+    assert stored.fired_count == 2
+    assert len(nominal_times(redis_url, "backfilled")) == 3  # the backfill's, then two

@@ -211,3 +211,10 @@ def test_autocommit_connections_are_kept_and_dropped_when_the_server_went_away(
     # ...and the other idle one, dead as well, is not handed out after it.
     with database.autocommit(relaxed=True) as conn:
         assert backend(conn) not in kept
+
+
+def test_the_bulk_insert_writes_every_column_of_the_schedules_table() -> None:
+    from celery_gaffer.store.schedules import _INSERT_COLUMNS
+
+    table = models_for("gaffer_").Schedule.__table__  # type: ignore[attr-defined]
+    assert {name for name, _ in _INSERT_COLUMNS} == set(table.c.keys()) - {"id"}

@@ -30,12 +30,21 @@ def test_each_event_has_its_healthchecks_suffix_and_a_uuid_run_id() -> None:
 def test_a_ping_url_is_shown_without_its_path() -> None:
     assert masked_ping_url("https://hc-ping.com/secret-uuid?k=v") == "https://hc-ping.com/***"
     assert masked_ping_url("http://127.0.0.1:8000/x") == "http://127.0.0.1:8000/***"
-    assert masked_ping_url("http://host:port/x") == "http://?/***"
+    assert masked_ping_url("http://host:port/x") == "***"
 
 
 @pytest.mark.parametrize(
     "value",
-    ["ftp://example.com/x", "https://", "https://exa mple.com/x", 42, "https://h/" + "x" * 2048],
+    [
+        "ftp://example.com/x",
+        "https://",
+        "https://exa mple.com/x",
+        42,
+        "https://h/" + "x" * 2048,
+        "http://[abc/x",
+        "http://h:99999/x",
+        "http://:80/x",
+    ],
 )
 def test_a_bad_ping_url_names_its_field(value: Any) -> None:
     with pytest.raises(InvalidInput) as caught:
