@@ -245,3 +245,29 @@ def test_update_changes_a_config_schedule_until_beat_syncs_the_config_again(
     assert ScheduleStore(app).get("from-config").schedule == every(30)
     ScheduleStore(app, clock=clock, source="config").sync_config(config)  # Beat starts
     assert ScheduleStore(app).get("from-config").schedule == every(60)
+
+
+def test_add_many_stores_exactly_what_add_stores(store: ScheduleStore, clock: FrozenClock) -> None:
+    from dataclasses import replace
+
+    from celery_gaffer import at
+
+    kinds = [
+        (cron("30 2 * * 1-5", "Europe/Paris", jitter=5), {"grace": 60, "max_runs": 3}),
+        (every(90), {"catchup": "all", "starting_deadline": 30, "enabled": False}),
+        (
+            at(clock() + timedelta(days=2)),
+            {"ping_url": "https://hc-ping.com/x", "start_at": clock(), "end_at": clock()},
+        ),
+    ]
+    for i, (schedule, policy) in enumerate(kinds):
+        arguments: dict[str, Any] = {
+            "args": [1, "ü"],
+            "kwargs": {"tenant": i, "tags": ["a", None]},
+            "options": {"queue": "q", "headers": {"h": "v"}},
+            "gaffer": policy,
+        }
+        store.add(f"one-{i}", "t.noop", schedule, **arguments)
+        store.add_many([{"name": f"many-{i}", "task": "t.noop", "schedule": schedule, **arguments}])
+        one, many = store.get(f"one-{i}"), store.get(f"many-{i}")
+        assert replace(many, name=one.name) == one
