@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import celery
 import django
 import pytest
 import redis
@@ -376,6 +377,9 @@ def test_imported_schedules_fire_when_its_beat_would_have(
     assert theirs["paused"] == []
 
 
+CELERY_VERSION = tuple(int(part) for part in celery.__version__.split(".")[:2])
+
+
 def test_a_dst_day_where_gaffer_and_its_beat_differ(app: Celery, django_url: str) -> None:
     """02:30 Europe/Berlin. On the spring-forward day (2027-03-28) 02:30 does not exist:
     its Beat (Celery's crontab) fires at 03:30 CEST, Gaffer at 03:00 CEST, the first
@@ -398,8 +402,11 @@ def test_a_dst_day_where_gaffer_and_its_beat_differ(app: Celery, django_url: str
         return datetime(2027, month, day, hour, 30, tzinfo=BERLIN).astimezone(UTC)
 
     theirs, gaffers = both(datetime(2027, 3, 27, tzinfo=UTC))
-    assert theirs == [local(27, 2), local(28, 3), local(29, 2)]
     assert gaffers == [local(27, 2), local(28, 3) - timedelta(minutes=30), local(29, 2)]
+    if CELERY_VERSION >= (5, 5):
+        assert theirs == [local(27, 2), local(28, 3), local(29, 2)]
+    else:  # Celery 5.4 (make test-lowest) lands on the gap's end too
+        assert theirs == gaffers
     theirs, gaffers = both(datetime(2027, 10, 30, tzinfo=UTC))
     first_0230 = datetime(2027, 10, 31, 0, 30, tzinfo=UTC)  # 02:30 CEST, before 02:30 CET
     assert theirs == gaffers == [local(30, 2, 10), first_0230, local(1, 2, 11)]
