@@ -18,7 +18,7 @@ from sqlalchemy import Connection, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..protocol import FireState, fire_key, fire_task_id
-from .arrays import matches, on_postgresql, unnest_select
+from .arrays import matches, on_postgresql, unnest, unnest_select
 from .dbclock import db_now
 from .models import Models, table_of
 
@@ -231,6 +231,32 @@ def latest_nominal(conn: Connection, models: Models, schedule: str, until: datet
             fires.schedule == schedule, fires.nominal_at <= until
         )
     ).scalar()
+
+
+def latest_nominals(
+    conn: Connection, models: Models, bounds: Sequence[tuple[str, datetime]]
+) -> dict[str, Any]:
+    """:func:`latest_nominal` of many ``(schedule, until)`` pairs at once, by schedule.
+
+    On PostgreSQL one statement per chunk (each pair an index lookup of the ledger's
+    ``(schedule, nominal_at)`` key); elsewhere one query per pair.
+    """
+    if not on_postgresql(conn):
+        return {name: latest_nominal(conn, models, name, until) for name, until in bounds}
+    fires = table_of(models.Fire)
+    source = unnest((("schedule", "str"), ("until", "datetime")))
+    newest = (
+        select(func.max(fires.c.nominal_at))
+        .where(fires.c.schedule == source.c.schedule, fires.c.nominal_at <= source.c.until)
+        .scalar_subquery()
+    )
+    stmt = select(source.c.schedule, newest)
+    found: dict[str, Any] = {}
+    for start in range(0, len(bounds), CHUNK):
+        part = bounds[start : start + CHUNK]
+        params = {"b_schedule": [name for name, _ in part], "b_until": [t for _, t in part]}
+        found.update((name, value) for name, value in conn.execute(stmt, params))
+    return found
 
 
 def set_fires(conn: Connection, models: Models, ids: Sequence[int], **values: Any) -> None:

@@ -337,12 +337,45 @@ def lock_due_checks(
     return list(conn.execute(stmt).mappings())
 
 
-def set_health(
-    conn: Connection, models: Models, name: str, health: str, check_at: datetime | None
+def set_healths(
+    conn: Connection, models: Models, changes: Sequence[tuple[str, str, datetime | None]]
 ) -> None:
-    """Store a schedule's evaluated health word and when to check it next."""
+    """Store each ``(name, health, check_at)``: a schedule's evaluated health word and when
+    to check it next (PostgreSQL: one ``UPDATE ... FROM unnest`` per chunk; elsewhere
+    one executemany)."""
+    if not changes:
+        return
     table = table_of(models.Schedule)
-    conn.execute(update(table).where(table.c.name == name).values(health=health, check_at=check_at))
+    if on_postgresql(conn):
+        source = unnest(_HEALTH_COLUMNS)
+        stmt = (
+            update(table)
+            .where(table.c.name == source.c.name)
+            .values(health=source.c.health, check_at=source.c.check_at)
+        )
+        for start in range(0, len(changes), CHUNK):
+            part = changes[start : start + CHUNK]
+            conn.execute(
+                stmt,
+                {
+                    "b_name": [name for name, _, _ in part],
+                    "b_health": [health for _, health, _ in part],
+                    "b_check_at": [check_at for _, _, check_at in part],
+                },
+            )
+        return
+    stmt = (
+        update(table)
+        .where(table.c.name == bindparam("b_name"))
+        .values(health=bindparam("b_health"), check_at=bindparam("b_check_at"))
+    )
+    conn.execute(
+        stmt,
+        [{"b_name": n, "b_health": h, "b_check_at": c} for n, h, c in changes],
+    )
+
+
+_HEALTH_COLUMNS = (("name", "str"), ("health", "str"), ("check_at", "datetime"))
 
 
 def health_rows(
