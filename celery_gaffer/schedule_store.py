@@ -139,7 +139,7 @@ class ScheduleStore:
                 new_rows.append(self._new_row(spec, now, timings=timings))
             try:
                 with self.database.begin() as conn:
-                    rows.insert_schedules(conn, self._models, new_rows)
+                    rows.bulk_insert_schedules(conn, self._models, new_rows)
             except IntegrityError as exc:
                 last = added + len(new_rows) - 1
                 raise ScheduleExists(

@@ -112,6 +112,18 @@ def plan_row(
     return RowPlan(fires, missed_runs, change)
 
 
+def _recount(row: DueSchedule, spec: ScheduleSpec, change: dict[str, Any]) -> None:
+    """A schedule with ``max_runs`` whose planned sends found some fires already in the
+    ledger: its next fire, by the runs really left (the plan ended it too early)."""
+    if change["next_fire_at"] is not None:
+        return
+    watermark = change["watermark_at"]
+    window = spec.policy.bounds.window(
+        spec.schedule, fired=row.fired_count + change["sent"], watermark=watermark
+    )
+    change["next_fire_at"] = window.next_after(watermark)
+
+
 def missed_run(
     schedule: str, task: str, nominal: datetime, now: datetime, deadline: float | None = None
 ) -> dict[str, Any]:
@@ -210,7 +222,7 @@ class Tick:
                 return False
             plans: list[RowPlan] = []
             changes: list[dict[str, Any]] = []
-            plan_changes: dict[str, dict[str, Any]] = {}
+            bounded: dict[str, tuple[DueSchedule, ScheduleSpec, dict[str, Any]]] = {}
             payloads: dict[str, Payload] = {}
             for row in due:
                 # Whatever one row holds, only that schedule goes to error: the others
@@ -238,15 +250,21 @@ class Tick:
                 _log_decision(row, decision)
                 plans.append(plan)
                 changes.append(plan.change)
-                plan_changes[row.name] = plan.change
+                if spec.policy.bounds.max_runs is not None:
+                    bounded[row.name] = (row, spec, plan.change)
                 payloads[row.name] = payload
             new_fires = [fire for plan in plans for fire in plan.fires]
             inserted = ledger.insert_fires(conn, self.models, new_fires, now)
             # What max_runs counts: the fires this tick really added (a fire already in
             # the ledger, from a backfill of the same time say, is not sent again).
             sent = Counter(fire.schedule for fire in inserted)
-            for name, change in plan_changes.items():
-                change["sent"] = sent.get(name, 0)
+            for change in changes:
+                change["sent"] = 0
+            for plan in plans:
+                if plan.fires:
+                    plan.change["sent"] = sent.get(plan.fires[0].schedule, 0)
+            for row, spec, change in bounded.values():
+                _recount(row, spec, change)
             schedule_rows.advance_schedules(conn, self.models, changes)
             recovered = [row.name for row in due if row.error is not None and row.name in payloads]
             # A schedule newly in error, or out of it, is checked: its health changed.

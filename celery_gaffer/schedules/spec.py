@@ -246,7 +246,13 @@ def json_value(value: Any, field_name: str) -> Any:
 
 def _checked_plain(value: Any, field_name: str) -> Any:
     """A copy of a flat list or dict of plain values, checked as :func:`json_value` does."""
-    if len(json.dumps(value)) > MAX_JSON_BYTES:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:  # an int of over 4,300 digits
+        raise InvalidInput(
+            f"{field_name}: not JSON-serialisable ({exc})", field=field_name
+        ) from exc
+    if len(text) > MAX_JSON_BYTES:
         raise InvalidInput(
             f"{field_name}: larger than {MAX_JSON_BYTES} bytes as JSON", field=field_name
         )

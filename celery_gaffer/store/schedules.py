@@ -26,6 +26,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy.exc import NotSupportedError
 
 from ..protocol import FAILURE_STATES, FireState, Overlap, RunState
 from . import fastpath
@@ -412,39 +413,54 @@ def list_schedules(
 
 
 def insert_schedules(conn: Connection, models: Models, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert schedule rows; a repeated name raises IntegrityError.
+    """Insert schedule rows (one executemany); a repeated name raises IntegrityError."""
+    if rows:
+        conn.execute(insert(table_of(models.Schedule)), list(rows))
 
-    On PostgreSQL with psycopg the rows are streamed with ``COPY`` (JSON columns as text,
-    each value serialised once): a bulk load costs what the server's own loading does,
-    not a round trip or a bound statement per row. Elsewhere, one executemany.
+
+def bulk_insert_schedules(conn: Connection, models: Models, rows: Sequence[dict[str, Any]]) -> None:
+    """:func:`insert_schedules` for a bulk load: on PostgreSQL with psycopg the rows are
+    streamed with ``COPY`` (JSON as text, each value serialised once), at what the
+    server's own loading costs rather than a bound statement per row.
+
+    Where ``COPY`` is refused (a table under row-level security), the chunk is inserted
+    the plain way instead, from a savepoint; a repeated name raises IntegrityError either
+    way.
     """
     if not rows:
         return
     table = table_of(models.Schedule)
     if not fastpath.can_copy(conn):
-        conn.execute(insert(table), list(rows))
+        insert_schedules(conn, models, rows)
         return
     names = [name for name, _ in _INSERT_COLUMNS]
     pairs = [(name, _INSERT_DEFAULTS.get(name)) for name in names]
     json_at = [i for i, name in enumerate(names) if name in _JSON_COLUMNS]
-    texts: dict[int, str] = {}  # by id(): a bulk load's rows share their schedule dicts
+    texts: dict[int, str] = {}  # by id(): the rows (alive until the end) share dicts
 
     def values(row: dict[str, Any]) -> list[Any]:
         found = [row.get(name, default) for name, default in pairs]
         for i in json_at:
             value = found[i]
-            if not value:
-                found[i] = "[]" if isinstance(value, list) else "{}"
+            if type(value) is list and not value:
+                found[i] = "[]"
+                continue
+            if type(value) is dict and not value:
+                found[i] = "{}"
                 continue
             text = texts.get(id(value))
             if text is None:
                 text = json.dumps(value)
-                if isinstance(value, dict):
+                if type(value) is dict:
                     texts[id(value)] = text
             found[i] = text
         return found
 
-    fastpath.copy_rows(conn, table, names, (values(row) for row in rows))
+    try:
+        with conn.begin_nested():
+            fastpath.copy_rows(conn, table, names, (values(row) for row in rows))
+    except NotSupportedError:
+        insert_schedules(conn, models, rows)
 
 
 _JSON_COLUMNS = frozenset({"schedule", "args", "kwargs", "options"})

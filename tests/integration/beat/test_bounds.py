@@ -271,3 +271,24 @@ def test_a_fire_already_in_the_ledger_does_not_count_toward_max_runs(
     stored = store.get("backfilled")
     assert stored.fired_count == 2
     assert len(nominal_times(redis_url, "backfilled")) == 3  # the backfill's, then two
+
+
+@pytest.mark.parametrize("max_runs", [1, 2])
+def test_a_last_allowed_fire_already_in_the_ledger_leaves_the_schedule_firing_until_done(
+    app: Celery, clock: FrozenClock, redis_url: str, max_runs: int
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("capped", "t.noop", every(60), gaffer={"max_runs": max_runs, "catchup": "all"})
+    beat = Scheduler(app, clock=clock)
+    tick_both([beat], clock, 60, max_runs - 1)
+    clock.advance(60)
+    # The fire that would be the last run is sent by hand first: the tick adds nothing,
+    # and the schedule must not end with a run left (nor stay stuck without a next fire).
+    store.backfill("capped", clock() - timedelta(seconds=1), clock())
+    beat.tick()
+    assert store.get("capped").next_fire_at is not None
+    tick_both([beat], clock, 60, 10)
+    done = store.get("capped")
+    assert done.fired_count == max_runs
+    assert done.finished
+    assert len(nominal_times(redis_url, "capped")) == max_runs + 1  # the backfill's too

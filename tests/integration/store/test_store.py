@@ -218,3 +218,47 @@ def test_the_bulk_insert_writes_every_column_of_the_schedules_table() -> None:
 
     table = models_for("gaffer_").Schedule.__table__  # type: ignore[attr-defined]
     assert {name for name, _ in _INSERT_COLUMNS} == set(table.c.keys()) - {"id"}
+
+
+def test_a_bulk_load_under_row_level_security_falls_back_to_insert(empty_postgres_url: str) -> None:
+    """COPY is refused on a table with row-level security: add_many inserts instead."""
+    import uuid
+
+    import psycopg
+    from celery import Celery
+    from sqlalchemy.engine import make_url
+
+    from celery_gaffer import ScheduleStore, every
+    from celery_gaffer.store import dispose_engines
+
+    admin = make_url(empty_postgres_url)
+    migrate(get_engine(admin), "gaffer_")
+    role = f"gaffer_rls_{uuid.uuid4().hex[:8]}"
+    libpq = admin.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"')
+        conn.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+        conn.execute("ALTER TABLE gaffer_schedules ENABLE ROW LEVEL SECURITY")
+        conn.execute("CREATE POLICY everything ON gaffer_schedules USING (true) WITH CHECK (true)")
+    try:
+        app = Celery("rls", broker="memory://", set_as_current=False)
+        app.conf.gaffer_database_url = admin.set(username=role).render_as_string(False)
+
+        @app.task(name="t.noop", shared=False)
+        def noop() -> None:
+            return None
+
+        store = ScheduleStore(app)
+        entries = [{"name": f"n{i}", "task": "t.noop", "schedule": every(60)} for i in range(3)]
+        assert store.add_many(entries) == 3
+        assert [s.name for s in store.list()] == ["n0", "n1", "n2"]
+    finally:
+        dispose_engines()
+        with psycopg.connect(libpq, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            conn.execute("DROP OWNED BY " + f'"{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
