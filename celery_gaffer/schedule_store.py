@@ -36,6 +36,7 @@ from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
 from .store.previews import ledger_nominals
+from .store.schedule_bulk import bulk_insert_schedules
 from .store.schedule_rows import (
     StoredSchedule,
     Timings,
@@ -139,7 +140,7 @@ class ScheduleStore:
                 new_rows.append(self._new_row(spec, now, timings=timings))
             try:
                 with self.database.begin() as conn:
-                    rows.bulk_insert_schedules(conn, self._models, new_rows)
+                    bulk_insert_schedules(conn, self._models, new_rows)
             except IntegrityError as exc:
                 last = added + len(new_rows) - 1
                 raise ScheduleExists(

@@ -28,9 +28,8 @@ from ..schedules.bounds import Bounds, Window
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..settings import GafferSettings
 from ..signals import job_failing, job_late, job_recovered
-from ..store import alerts
+from ..store import alerts, schedule_health
 from ..store import fires as ledger
-from ..store import schedules as schedule_rows
 from ..store.models import Models
 from ..store.schedule_rows import decode_json
 
@@ -175,7 +174,7 @@ def check_due(
     The ledger is read once for the whole batch and the results written in one
     statement: a second's worth of checks costs a few round trips, not two a schedule.
     """
-    rows = schedule_rows.lock_due_checks(conn, models, now, limit)
+    rows = schedule_health.lock_due_checks(conn, models, now, limit)
     latest = ledger.latest_nominals(conn, models, _ledger_bounds(rows, now, settings))
     results = []
     changes = []
@@ -192,7 +191,7 @@ def check_due(
             body = alert_body(health, row["health"], now)
             alerts.add_alert(conn, models, health.schedule, body, now)
         results.append((health, row["health"]))
-    schedule_rows.set_healths(conn, models, changes)
+    schedule_health.set_healths(conn, models, changes)
     return results
 
 
@@ -247,7 +246,7 @@ def all_health(
     limit: int | None = None,
 ) -> list[Health]:
     """The live health of every schedule, by name (what ``gaffer status`` prints)."""
-    rows = schedule_rows.health_rows(conn, models, limit)
+    rows = schedule_health.health_rows(conn, models, limit)
     return [evaluate_safely(conn, models, row, now, settings)[0] for row in rows]
 
 

@@ -7,7 +7,6 @@ of all schedules.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,10 +25,8 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlalchemy.exc import NotSupportedError
 
 from ..protocol import FAILURE_STATES, FireState, Overlap, RunState
-from . import fastpath
 from .arrays import matches, on_postgresql, unnest
 from .dbclock import db_now
 from .models import Models, table_of
@@ -300,94 +297,6 @@ def update_schedule_facts(
 # -- health ---------------------------------------------------------------------------
 
 
-def health_columns(models: Models) -> list[Any]:
-    """The columns a health evaluation reads (the schedule's JSON as text)."""
-    table = table_of(models.Schedule)
-    return [
-        table.c.name,
-        type_coerce(table.c.schedule, Text).label("schedule"),
-        table.c.enabled,
-        table.c.error,
-        table.c.grace,
-        table.c.watermark_at,
-        table.c.next_fire_at,
-        table.c.health,
-        table.c.consecutive_failures,
-        table.c.last_success_at,
-        table.c.last_success_nominal_at,
-        table.c.start_at,
-        table.c.end_at,
-        table.c.max_runs,
-        table.c.fired_count,
-    ]
-
-
-def lock_due_checks(
-    conn: Connection, models: Models, now: datetime, limit: int
-) -> list[Mapping[Any, Any]]:
-    """Lock and return the rows whose ``check_at`` has passed (other Beats skip them)."""
-    table = table_of(models.Schedule)
-    stmt = (
-        select(*health_columns(models))
-        .where(table.c.check_at <= now)
-        .order_by(table.c.check_at)
-        .limit(limit)
-    )
-    if on_postgresql(conn):
-        stmt = stmt.with_for_update(skip_locked=True, of=table)
-    return list(conn.execute(stmt).mappings())
-
-
-def set_healths(
-    conn: Connection, models: Models, changes: Sequence[tuple[str, str, datetime | None]]
-) -> None:
-    """Store each ``(name, health, check_at)``: a schedule's evaluated health word and when
-    to check it next (PostgreSQL: one ``UPDATE ... FROM unnest`` per chunk; elsewhere
-    one executemany)."""
-    if not changes:
-        return
-    table = table_of(models.Schedule)
-    if on_postgresql(conn):
-        source = unnest(_HEALTH_COLUMNS)
-        stmt = (
-            update(table)
-            .where(table.c.name == source.c.name)
-            .values(health=source.c.health, check_at=source.c.check_at)
-        )
-        for start in range(0, len(changes), CHUNK):
-            part = changes[start : start + CHUNK]
-            conn.execute(
-                stmt,
-                {
-                    "b_name": [name for name, _, _ in part],
-                    "b_health": [health for _, health, _ in part],
-                    "b_check_at": [check_at for _, _, check_at in part],
-                },
-            )
-        return
-    stmt = (
-        update(table)
-        .where(table.c.name == bindparam("b_name"))
-        .values(health=bindparam("b_health"), check_at=bindparam("b_check_at"))
-    )
-    conn.execute(
-        stmt,
-        [{"b_name": n, "b_health": h, "b_check_at": c} for n, h, c in changes],
-    )
-
-
-_HEALTH_COLUMNS = (("name", "str"), ("health", "str"), ("check_at", "datetime"))
-
-
-def health_rows(
-    conn: Connection, models: Models, limit: int | None = None
-) -> list[Mapping[Any, Any]]:
-    """Every schedule's health columns, by name."""
-    table = table_of(models.Schedule)
-    stmt = select(*health_columns(models)).order_by(table.c.name).limit(limit)
-    return list(conn.execute(stmt).mappings())
-
-
 # -- rows written through ScheduleStore ------------------------------------------------
 
 
@@ -416,94 +325,6 @@ def insert_schedules(conn: Connection, models: Models, rows: Sequence[dict[str, 
     """Insert schedule rows (one executemany); a repeated name raises IntegrityError."""
     if rows:
         conn.execute(insert(table_of(models.Schedule)), list(rows))
-
-
-def bulk_insert_schedules(conn: Connection, models: Models, rows: Sequence[dict[str, Any]]) -> None:
-    """:func:`insert_schedules` for a bulk load: on PostgreSQL with psycopg the rows are
-    streamed with ``COPY`` (JSON as text, each value serialised once), at what the
-    server's own loading costs rather than a bound statement per row.
-
-    Where ``COPY`` is refused (a table under row-level security), the chunk is inserted
-    the plain way instead, from a savepoint; a repeated name raises IntegrityError either
-    way.
-    """
-    if not rows:
-        return
-    table = table_of(models.Schedule)
-    if not fastpath.can_copy(conn):
-        insert_schedules(conn, models, rows)
-        return
-    names = [name for name, _ in _INSERT_COLUMNS]
-    pairs = [(name, _INSERT_DEFAULTS.get(name)) for name in names]
-    json_at = [i for i, name in enumerate(names) if name in _JSON_COLUMNS]
-    texts: dict[int, str] = {}  # by id(): the rows (alive until the end) share dicts
-
-    def values(row: dict[str, Any]) -> list[Any]:
-        found = [row.get(name, default) for name, default in pairs]
-        for i in json_at:
-            value = found[i]
-            if type(value) is list and not value:
-                found[i] = "[]"
-                continue
-            if type(value) is dict and not value:
-                found[i] = "{}"
-                continue
-            text = texts.get(id(value))
-            if text is None:
-                text = json.dumps(value)
-                if type(value) is dict:
-                    texts[id(value)] = text
-            found[i] = text
-        return found
-
-    try:
-        with conn.begin_nested():
-            fastpath.copy_rows(conn, table, names, (values(row) for row in rows))
-    except NotSupportedError:
-        insert_schedules(conn, models, rows)
-
-
-_JSON_COLUMNS = frozenset({"schedule", "args", "kwargs", "options"})
-# Every column a new schedule row has (its id is generated), with its type.
-_INSERT_COLUMNS = (
-    ("name", "str"),
-    ("task", "str"),
-    ("schedule", "text"),
-    ("args", "text"),
-    ("kwargs", "text"),
-    ("options", "text"),
-    ("catchup", "str"),
-    ("starting_deadline", "float"),
-    ("overlap", "str"),
-    ("grace", "float"),
-    ("enabled", "bool"),
-    ("source", "str"),
-    ("watermark_at", "datetime"),
-    ("next_fire_at", "datetime"),
-    ("error", "text"),
-    ("start_at", "datetime"),
-    ("end_at", "datetime"),
-    ("max_runs", "int"),
-    ("fired_count", "int"),
-    ("ping_url", "str"),
-    ("health", "str"),
-    ("check_at", "datetime"),
-    ("consecutive_failures", "int"),
-    ("last_success_at", "datetime"),
-    ("last_success_nominal_at", "datetime"),
-    ("created_at", "datetime"),
-    ("updated_at", "datetime"),
-)
-# The values of the columns a row may leave out (the models' defaults).
-_INSERT_DEFAULTS: dict[str, Any] = {
-    "catchup": "latest",
-    "overlap": "allow",
-    "enabled": True,
-    "source": "db",
-    "fired_count": 0,
-    "health": "ok",
-    "consecutive_failures": 0,
-}
 
 
 def update_schedule(conn: Connection, models: Models, name: str, values: dict[str, Any]) -> None:

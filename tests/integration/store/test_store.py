@@ -214,7 +214,7 @@ def test_autocommit_connections_are_kept_and_dropped_when_the_server_went_away(
 
 
 def test_the_bulk_insert_writes_every_column_of_the_schedules_table() -> None:
-    from celery_gaffer.store.schedules import _INSERT_COLUMNS
+    from celery_gaffer.store.schedule_bulk import _INSERT_COLUMNS
 
     table = models_for("gaffer_").Schedule.__table__  # type: ignore[attr-defined]
     assert {name for name, _ in _INSERT_COLUMNS} == set(table.c.keys()) - {"id"}
