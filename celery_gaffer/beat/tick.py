@@ -103,11 +103,11 @@ def plan_row(
         fires.append(NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.MISSED, now, 0))
         missed_runs.append(missed_run(row.name, row.task, nominal, now, row.starting_deadline))
     change = {
-        "b_id": row.id,
+        "id": row.id,
         "watermark_at": decision.watermark,
         "next_fire_at": decision.next_fire_at,
         "error": None,
-        "sent": len(decision.send),
+        "sent": 0,  # the fires really added: set by the tick once they are inserted
     }
     return RowPlan(fires, missed_runs, change)
 
@@ -258,8 +258,6 @@ class Tick:
             # What max_runs counts: the fires this tick really added (a fire already in
             # the ledger, from a backfill of the same time say, is not sent again).
             sent = Counter(fire.schedule for fire in inserted)
-            for change in changes:
-                change["sent"] = 0
             for plan in plans:
                 if plan.fires:
                     plan.change["sent"] = sent.get(plan.fires[0].schedule, 0)
@@ -268,7 +266,7 @@ class Tick:
             schedule_rows.advance_schedules(conn, self.models, changes)
             recovered = [row.name for row in due if row.error is not None and row.name in payloads]
             # A schedule newly in error, or out of it, is checked: its health changed.
-            errored = [c["b_id"] for c in changes if c["error"] is not None]
+            errored = [c["id"] for c in changes if c["error"] is not None]
             newly = [row.name for row in due if row.error is None and row.id in errored]
             schedule_rows.request_checks(conn, self.models, recovered + newly)
             run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
@@ -406,7 +404,7 @@ class Tick:
             message = f"{type(exc).__name__}: {message}"
         self._report_error(row.name, message)
         return {
-            "b_id": row.id,
+            "id": row.id,
             "watermark_at": row.watermark_at,
             # Loaded again then: the error clears once its cause is gone.
             "next_fire_at": now + ERROR_RECHECK,

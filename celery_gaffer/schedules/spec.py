@@ -214,19 +214,11 @@ _PLAIN = frozenset({str, int, bool, type(None)})
 def json_value(value: Any, field_name: str) -> Any:
     """``value`` as it will read back from the database, or InvalidInput naming the field."""
     kind = type(value)
-    if kind in (list, dict):
-        if not value:
-            return kind()
-        # A flat list or str-keyed dict of plain values reads back as itself: no round
-        # trip through the JSON decoder (a bulk load has one such value per entry).
-        items = value.values() if kind is dict else value
-        if (kind is list or all(type(k) is str for k in value)) and all(
-            type(item) in _PLAIN for item in items
-        ):
-            return _checked_plain(value, field_name)
+    if kind in (list, dict) and not value:
+        return kind()
     try:
         text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # also an int of 4,300+ digits
         raise InvalidInput(
             f"{field_name}: not JSON-serialisable ({exc})", field=field_name
         ) from exc
@@ -234,7 +226,9 @@ def json_value(value: Any, field_name: str) -> Any:
         raise InvalidInput(
             f"{field_name}: larger than {MAX_JSON_BYTES} bytes as JSON", field=field_name
         )
-    decoded: Any = json.loads(text)
+    # A flat list or str-keyed dict of plain values reads back as itself: a copy, no
+    # round trip through the JSON decoder (a bulk load has one such value per entry).
+    decoded: Any = kind(value) if _flat_plain(value, kind) else json.loads(text)
     bad = _unstorable_text(decoded)
     if bad is not None:
         raise InvalidInput(
@@ -244,25 +238,12 @@ def json_value(value: Any, field_name: str) -> Any:
     return decoded
 
 
-def _checked_plain(value: Any, field_name: str) -> Any:
-    """A copy of a flat list or dict of plain values, checked as :func:`json_value` does."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError, RecursionError) as exc:  # an int of over 4,300 digits
-        raise InvalidInput(
-            f"{field_name}: not JSON-serialisable ({exc})", field=field_name
-        ) from exc
-    if len(text) > MAX_JSON_BYTES:
-        raise InvalidInput(
-            f"{field_name}: larger than {MAX_JSON_BYTES} bytes as JSON", field=field_name
-        )
-    bad = _unstorable_text(value)
-    if bad is not None:
-        raise InvalidInput(
-            f"{field_name}: {bad!r} holds NUL or a lone surrogate, which cannot be stored",
-            field=field_name,
-        )
-    return dict(value) if type(value) is dict else list(value)
+def _flat_plain(value: Any, kind: type) -> bool:
+    if kind is list:
+        return all(type(item) in _PLAIN for item in value)
+    if kind is dict:
+        return all(type(k) is str and type(v) in _PLAIN for k, v in value.items())
+    return False
 
 
 def _unstorable_text(value: Any) -> str | None:

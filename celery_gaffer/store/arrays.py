@@ -10,7 +10,7 @@ keeps the plain forms (its statements are in-process calls, and it has no arrays
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -28,6 +28,7 @@ from sqlalchemy import (
     column,
     func,
     select,
+    update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import QueryableAttribute
@@ -94,3 +95,45 @@ def unnest_select(columns: Sequence[tuple[str, str]], prefix: str = "b_") -> Sel
     """``SELECT v.a, v.b, ... FROM unnest(...) AS v(a, b, ...)``."""
     source = unnest(columns, prefix)
     return select(*(source.c[name] for name, _ in columns))
+
+
+#: Rows per statement when a list of parameters is sent to the database.
+UPDATE_CHUNK = 1000
+
+
+def update_many(
+    conn: Connection,
+    table: Any,
+    key: str,
+    columns: Sequence[tuple[str, str]],
+    rows: Sequence[Mapping[str, Any]],
+    values: Callable[[Callable[[str], Any]], dict[str, Any]],
+) -> None:
+    """``UPDATE table SET ...`` for many rows, each matched on its column ``key``.
+
+    ``columns``: ``(name, element type)`` of what each row holds (``key`` among them);
+    ``values(value_of)``: the ``SET`` clause, where ``value_of(name)`` is the row's value.
+    On PostgreSQL one ``UPDATE ... FROM unnest(...)`` per chunk; elsewhere one
+    executemany per chunk (the values bound as the columns they set).
+    """
+    if not rows:
+        return
+    if on_postgresql(conn):
+        source = unnest(columns)
+        stmt = (
+            update(table)
+            .where(table.c[key] == source.c[key])
+            .values(values(lambda name: source.c[name]))
+        )
+        for start in range(0, len(rows), UPDATE_CHUNK):
+            part = rows[start : start + UPDATE_CHUNK]
+            conn.execute(stmt, {"b_" + name: [row[name] for row in part] for name, _ in columns})
+        return
+    stmt = (
+        update(table)
+        .where(table.c[key] == bindparam("b_" + key))
+        .values(values(lambda name: bindparam("b_" + name)))
+    )
+    for start in range(0, len(rows), UPDATE_CHUNK):
+        part = rows[start : start + UPDATE_CHUNK]
+        conn.execute(stmt, [{"b_" + name: row[name] for name, _ in columns} for row in part])

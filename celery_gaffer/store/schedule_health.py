@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, bindparam, select, type_coerce, update
+from sqlalchemy import Connection, Text, select, type_coerce
 
-from .arrays import on_postgresql, unnest
+from .arrays import on_postgresql, update_many
 from .models import Models, table_of
 
 # Rows per statement when a list of parameters is sent to the database.
@@ -57,37 +57,15 @@ def set_healths(
     conn: Connection, models: Models, changes: Sequence[tuple[str, str, datetime | None]]
 ) -> None:
     """Store each ``(name, health, check_at)``: a schedule's evaluated health word and when
-    to check it next (PostgreSQL: one ``UPDATE ... FROM unnest`` per chunk; elsewhere
-    one executemany)."""
-    if not changes:
-        return
-    table = table_of(models.Schedule)
-    if on_postgresql(conn):
-        source = unnest(_HEALTH_COLUMNS)
-        stmt = (
-            update(table)
-            .where(table.c.name == source.c.name)
-            .values(health=source.c.health, check_at=source.c.check_at)
-        )
-        for start in range(0, len(changes), CHUNK):
-            part = changes[start : start + CHUNK]
-            conn.execute(
-                stmt,
-                {
-                    "b_name": [name for name, _, _ in part],
-                    "b_health": [health for _, health, _ in part],
-                    "b_check_at": [check_at for _, _, check_at in part],
-                },
-            )
-        return
-    stmt = (
-        update(table)
-        .where(table.c.name == bindparam("b_name"))
-        .values(health=bindparam("b_health"), check_at=bindparam("b_check_at"))
-    )
-    conn.execute(
-        stmt,
-        [{"b_name": n, "b_health": h, "b_check_at": c} for n, h, c in changes],
+    to check it next, all in one statement per chunk."""
+    rows = [{"name": n, "health": h, "check_at": c} for n, h, c in changes]
+    update_many(
+        conn,
+        table_of(models.Schedule),
+        "name",
+        _HEALTH_COLUMNS,
+        rows,
+        lambda value: {"health": value("health"), "check_at": value("check_at")},
     )
 
 

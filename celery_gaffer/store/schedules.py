@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Integer,
     Text,
     bindparam,
     case,
@@ -27,7 +26,7 @@ from sqlalchemy import (
 )
 
 from ..protocol import FAILURE_STATES, FireState, Overlap, RunState
-from .arrays import matches, on_postgresql, unnest
+from .arrays import matches, update_many
 from .dbclock import db_now
 from .models import Models, table_of
 from .schedule_rows import StoredSchedule, decode_json, readable_columns, stored
@@ -104,49 +103,22 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
     """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once,
     and add the fires each sent to its ``fired_count``.
 
-    Each change is ``{"b_id", "watermark_at", "next_fire_at", "error", "sent"}``. On PostgreSQL
-    one ``UPDATE ... FROM unnest(...)`` per chunk; elsewhere one executemany.
+    Each change is ``{"id", "watermark_at", "next_fire_at", "error", "sent"}``.
     """
-    if not changes:
-        return
     table = table_of(models.Schedule)
-    if on_postgresql(conn):
-        source = unnest(_ADVANCE_COLUMNS)
-        stmt = (
-            update(table)
-            .where(table.c.id == source.c.id)
-            .values(
-                watermark_at=source.c.watermark_at,
-                next_fire_at=source.c.next_fire_at,
-                error=source.c.error,
-                fired_count=table.c.fired_count + source.c.sent,
-            )
-        )
-        for start in range(0, len(changes), CHUNK):
-            part = changes[start : start + CHUNK]
-            conn.execute(
-                stmt,
-                {
-                    "b_id": [c["b_id"] for c in part],
-                    "b_watermark_at": [c["watermark_at"] for c in part],
-                    "b_next_fire_at": [c["next_fire_at"] for c in part],
-                    "b_error": [c["error"] for c in part],
-                    "b_sent": [c["sent"] for c in part],
-                },
-            )
-        return
-    stmt = (
-        update(table)
-        .where(table.c.id == bindparam("b_id"))
-        .values(
-            watermark_at=bindparam("watermark_at"),
-            next_fire_at=bindparam("next_fire_at"),
-            error=bindparam("error"),
-            fired_count=table.c.fired_count + bindparam("sent", type_=Integer()),
-        )
+    update_many(
+        conn,
+        table,
+        "id",
+        _ADVANCE_COLUMNS,
+        changes,
+        lambda value: {
+            "watermark_at": value("watermark_at"),
+            "next_fire_at": value("next_fire_at"),
+            "error": value("error"),
+            "fired_count": table.c.fired_count + value("sent"),
+        },
     )
-    for start in range(0, len(changes), CHUNK):
-        conn.execute(stmt, list(changes[start : start + CHUNK]))
 
 
 _ADVANCE_COLUMNS = (
