@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import random
 import shutil
 import signal
@@ -180,6 +181,8 @@ class Workload:
             self._pause(rng.choice(self.beats), rng)
         elif fault == "pause_worker" and self.workers:
             self._pause(rng.choice(self.workers), rng)
+        elif fault == "pause_holder" and self.workers:
+            self._pause(self._early_holder() or rng.choice(self.workers), rng)
         elif fault == "kill_worker" and self.workers:
             victim = rng.choice(self.workers)
             victim.kill(signal.SIGKILL)
@@ -198,6 +201,33 @@ class Workload:
             services.restart_postgres()
         elif fault == "crash_postgres":
             services.restart_postgres("immediate")
+
+    def _early_holder(self, timeout: float = 10.0) -> CeleryProcess | None:
+        """The worker whose run holds the fenced writer's lease and has made at most two
+        of its five writes, found within ``timeout`` (the self-test's fault: a random
+        pause can miss the holder every time, and then no stale write can happen)."""
+        deadline = time.monotonic() + timeout
+        with get_engine(parse_database_url(self.database)).connect() as conn:
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    text(
+                        "SELECT owner, fence FROM gaffer_leases WHERE name = 'chaos-lease' "
+                        "AND lease_until > now() AND owner IS NOT NULL"
+                    )
+                ).first()
+                conn.rollback()
+                if row is not None:
+                    writes = conn.execute(
+                        text("SELECT COUNT(*) FROM chaos_fenced WHERE fence = :fence"),
+                        {"fence": row.fence},
+                    ).scalar_one()
+                    conn.rollback()
+                    pid = int(row.owner.split(":")[-3])
+                    for worker in self.workers:
+                        if writes <= 2 and _in_group(pid, worker.pid):
+                            return worker
+                time.sleep(0.05)
+        return None
 
     @staticmethod
     def _pause(process: CeleryProcess, rng: random.Random) -> None:
@@ -283,6 +313,13 @@ class Workload:
 
 def _stub(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+def _in_group(pid: int, group: int) -> bool:
+    try:
+        return os.getpgid(pid) == group
+    except ProcessLookupError:
+        return False
 
 
 def run(

@@ -54,9 +54,12 @@ def test_short_chaos_run_has_no_anomalies(
     ) == (0, 0, 0, 0, 0), f"seed {seed}: {report.line()}"
 
 
-def test_the_checker_catches_writes_with_the_fence_check_patched_out(
-    tmp_path: Path, postgres_server: URL, redis_url: str
+@pytest.mark.parametrize("patched", [True, False], ids=["fence-check-patched-out", "real"])
+def test_pausing_the_lease_holder_makes_stale_writes_only_without_the_fence_check(
+    tmp_path: Path, postgres_server: URL, redis_url: str, patched: bool
 ) -> None:
+    """The checker's self-test: a paused holder's late writes are counted when the fence
+    check is patched out, and the real fence check refuses every one of them."""
     lines: list[str] = []
     report = run(
         _database(postgres_server, "gaffer_chaos_broken"),
@@ -64,8 +67,8 @@ def test_the_checker_catches_writes_with_the_fence_check_patched_out(
         seconds=60,
         seed=11,
         workdir=tmp_path,
-        faults=("pause_worker",),
-        patch=NO_FENCE_CHECK,
+        faults=("pause_holder",),
+        patch=NO_FENCE_CHECK if patched else "",
         schedules=0,
         items=0,
         drain_timeout=30,
@@ -73,4 +76,7 @@ def test_the_checker_catches_writes_with_the_fence_check_patched_out(
     )
     print("\n".join(lines))
     assert report.fenced_writes > 0
-    assert report.stale_fence_writes > 0, report.line()
+    if patched:
+        assert report.stale_fence_writes > 0, report.line()
+    else:
+        assert report.stale_fence_writes == 0, report.line()
