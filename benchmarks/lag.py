@@ -279,7 +279,10 @@ class Case:
             **os.environ,
             "LAG_BROKER": redis_url(BROKER_DB),
             "LAG_DATABASE": pg_sqlalchemy_url(self.db),
-            "PYTHONPATH": os.pathsep.join([self.folder, str(ROOT)]),
+            # An outer PYTHONPATH first: an A/B run points it at another checkout.
+            "PYTHONPATH": os.pathsep.join(
+                [self.folder, *filter(None, [os.environ.get("PYTHONPATH")]), str(ROOT)]
+            ),
         }
         for k in range(self.beats):
             path = os.path.join(self.folder, f"beat_j{self.jitter:g}_{self.beats}_{k}.log")

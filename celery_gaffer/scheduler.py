@@ -148,6 +148,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def close(self) -> None:
         super().close()
+        self._tick_state.close()
         metrics = self._tick_state.metrics
         if metrics is not None:
             metrics.close()

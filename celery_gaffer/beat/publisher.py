@@ -6,12 +6,13 @@ import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kombu.exceptions import OperationalError as BrokerError
 
 from ..clock import Clock
+from ..exceptions import one_line
 from ..protocol import FireHeaders
 from ..store import Database
 from ..store.fires import Fire, mark_sent
@@ -70,18 +71,34 @@ def publish(
     ``gaffer_republish_after``; the ledger records the repeat as a republish and the
     task's idempotency key makes it harmless.
     """
+    outcome = send(app, fires, payloads, producer)
+    mark(database, outcome.sent, clock)
+    return outcome
+
+
+def send(app: Any, fires: Sequence[Fire], payloads: dict[str, Payload], producer: Any) -> Published:
+    """:func:`publish` without marking the sent fires (the caller does, with :func:`mark`)."""
     outcome = Published()
-    sent = outcome.sent
     for start in range(0, len(fires), PUBLISH_BATCH):
         part = fires[start : start + PUBLISH_BATCH]
-        sent.extend(_send_batch(app, part, payloads, producer, outcome.refused))
-    if sent:
-        now = clock()
-        confirm_after = database.settings.confirm_delivery_after
-        confirm_at = None if confirm_after is None else now + timedelta(seconds=confirm_after)
-        with database.begin() as conn:
-            mark_sent(conn, database.models, (fire.id for fire in sent), now, confirm_at)
+        outcome.sent.extend(_send_batch(app, part, payloads, producer, outcome.refused))
     return outcome
+
+
+def mark(database: Database, sent: Sequence[Fire], clock: Clock) -> None:
+    """Mark fires just sent ``sent`` (with delivery confirmation, due to be confirmed
+    from now)."""
+    if sent:
+        mark_groups(database, [(clock(), sent)])
+
+
+def mark_groups(database: Database, groups: Sequence[tuple[datetime, Sequence[Fire]]]) -> None:
+    """Mark fires ``sent`` in one transaction, each group at the time it was sent."""
+    confirm_after = database.settings.confirm_delivery_after
+    with database.begin() as conn:
+        for at, fires in groups:
+            confirm_at = None if confirm_after is None else at + timedelta(seconds=confirm_after)
+            mark_sent(conn, database.models, (fire.id for fire in fires), at, confirm_at)
 
 
 def _send_batch(
@@ -105,11 +122,15 @@ def _send_batch(
                 elif problem:
                     refused[fire.schedule] = problem
     except Exception as exc:  # noqa: BLE001 - the flush failed: every send is uncertain
+        # kombu's BatchPublishError says only that a flush failed; the cause says why.
+        cause = exc.__cause__
+        because = f" ({one_line(cause)})" if isinstance(cause, Exception) else ""
         logger.error(
-            "could not publish %d fires (%s: %s); they stay pending and will be republished",
+            "could not publish %d fires (%s: %s%s); they stay pending and will be republished",
             len(sent),
             type(exc).__name__,
             str(exc).splitlines()[0][:300] if str(exc) else "",
+            because,
             extra={"action": "publish_failed", "count": len(sent)},
         )
         return []

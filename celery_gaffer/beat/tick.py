@@ -3,16 +3,22 @@
 The data path of a tick, in order:
 
 1. :meth:`Tick.dispatch_due`: claim the schedules whose ``next_fire_at`` has passed
-   (an index), decide their fires from the persisted watermark (:mod:`.catchup`, pure),
-   insert them into the ledger and advance the watermarks in one transaction, then
-   publish after commit (:mod:`.publisher`);
-2. :meth:`Tick.publish_pending`: publish the pending fires whose time has come (jittered
-   fires, and fires whose publisher died between commit and publish);
+   (an index), decide their fires from the persisted watermark (:mod:`.catchup`, pure;
+   the rows in :mod:`.plan`), insert them into the ledger and advance the watermarks in
+   one transaction, then publish after commit (:mod:`.publisher`); a jittered fire to
+   be sent within a second is inserted claimed and held instead (:mod:`.held`);
+2. :meth:`Tick.publish_pending`: claim the pending fires whose time has come or, for
+   jittered fires never claimed, comes within a second; publish the first, hold the
+   others; it also publishes the fires whose publisher died between commit and publish;
 3. :meth:`Tick.confirm_deliveries`: publish again the sent fires no worker ever started
    (opt-in, :mod:`.redelivery`);
 4. :meth:`Tick.check_health`: mark runs whose heartbeat stopped ``lost`` and re-check the
    health of the schedules whose ``check_at`` has passed (:mod:`.health`), then POST
    the due webhook alerts of health changes (:mod:`.alerts`).
+
+Between these, :meth:`Tick.send_held` publishes each held fire when its send time comes;
+a run woken only for that makes no probe and no claim (the sent fires are marked
+together, in one transaction per 0.2 s at most).
 
 Several Beats may run at once: the ledger's unique ``(schedule, nominal_at)`` and row
 locks make each fire sent once.
@@ -31,24 +37,23 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..clock import Clock
-from ..exceptions import GafferError
-from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
-from ..schedules.bounds import Window
-from ..schedules.kinds import Schedule, schedule_from_dict
-from ..schedules.spec import ScheduleSpec, validate_entry
+from ..exceptions import GafferError, one_line
+from ..protocol import RunState
+from ..schedules.spec import ScheduleSpec
 from ..store import Database
 from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
-from ..store.fires import Fire, NewFire
+from ..store.fires import Fire
 from ..store.models import Models
-from ..store.schedule_rows import decode_json
 from ..store.schedules import DueSchedule, Payload, Probe
 from .alerts import send_due
-from .catchup import Decision, decide
+from .catchup import decide
 from .health import announce, check_due
+from .held import CLAIM_AHEAD, HOLD_AHEAD, SEND_EVERY, HeldSends
 from .metrics import Metrics
-from .publisher import publish
+from .plan import RowPlan, log_decision, plan_row, recount, usable_row
+from .publisher import mark, mark_groups, send
 from .redelivery import claim_unconfirmed
 
 logger = logging.getLogger("celery_gaffer.scheduler")
@@ -60,91 +65,6 @@ PARSED_CACHE = 2_000
 # How soon Beat loads a schedule in error again, to see whether its cause is gone.
 ERROR_RECHECK = timedelta(seconds=60)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-@dataclass(frozen=True, slots=True)
-class RowPlan:
-    """What a tick writes for one due schedule (see :func:`plan_row`)."""
-
-    fires: list[NewFire]
-    missed_runs: list[dict[str, Any]]
-    change: dict[str, Any]
-
-
-def plan_row(
-    row: DueSchedule,
-    schedule: Schedule | Window,
-    decision: Decision,
-    now: datetime,
-    republish_at: datetime,
-) -> RowPlan:
-    """The ledger rows, ``missed`` run rows and watermark change of one decided schedule.
-
-    A fire due now is inserted as published once (``publish_count`` 1, to be republished
-    after ``republish_at`` if its publisher dies); a jittered one later is inserted
-    unpublished, to be sent when its ``publish_after`` comes.
-    """
-    fires: list[NewFire] = []
-    for nominal in decision.send:
-        key = fire_key(row.name, nominal)
-        send_at = schedule.send_at(key, nominal)
-        if send_at <= now:
-            fires.append(
-                NewFire(
-                    row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, republish_at, 1, key
-                )
-            )
-        else:
-            fires.append(
-                NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, send_at, 0, key)
-            )
-    missed_runs = []
-    for nominal in decision.missed:
-        fires.append(NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.MISSED, now, 0))
-        missed_runs.append(missed_run(row.name, row.task, nominal, now, row.starting_deadline))
-    change = {
-        "id": row.id,
-        "watermark_at": decision.watermark,
-        "next_fire_at": decision.next_fire_at,
-        "error": None,
-        "sent": 0,  # the fires really added: set by the tick once they are inserted
-    }
-    return RowPlan(fires, missed_runs, change)
-
-
-def _recount(row: DueSchedule, spec: ScheduleSpec, change: dict[str, Any]) -> None:
-    """A schedule with ``max_runs`` whose planned sends found some fires already in the
-    ledger: its next fire, by the runs really left (the plan ended it too early)."""
-    if change["next_fire_at"] is not None:
-        return
-    watermark = change["watermark_at"]
-    window = spec.policy.bounds.window(
-        spec.schedule, fired=row.fired_count + change["sent"], watermark=watermark
-    )
-    change["next_fire_at"] = window.next_after(watermark)
-
-
-def missed_run(
-    schedule: str, task: str, nominal: datetime, now: datetime, deadline: float | None = None
-) -> dict[str, Any]:
-    """The ``gaffer_job_runs`` row of a fire recorded as missed (never sent), with why."""
-    key = fire_key(schedule, nominal)
-    late = (now - nominal).total_seconds()
-    reason = f"never sent: Beat reached it {late:.0f}s late"
-    if deadline is not None:
-        reason += f", past its starting deadline of {deadline:g}s"
-    return {
-        "task_id": fire_task_id(key),
-        "task_name": task,
-        "schedule": schedule,
-        "nominal_at": nominal,
-        "key": key,
-        "attempt": 0,
-        "state": RunState.MISSED,
-        "error_message": reason,
-        "finished_at": now,
-        "updated_at": now,
-    }
 
 
 @dataclass
@@ -166,17 +86,35 @@ class Tick:
     _next_lost_sweep: float = 0.0
     #: When an unsent alert is next due (None: none waiting); unknown at start.
     _alerts_at: datetime | None = field(default_factory=lambda: _EPOCH)
+    #: Jittered fires this Beat claimed, sent at their own time (:mod:`.held`).
+    held: HeldSends = field(default_factory=HeldSends)
+    #: When the database work is next due, by the clock and by time.monotonic(), set
+    #: when the last run returned early for a held send (None: the next run does
+    #: everything due). Either time passing ends the wait: a clock stepped back cannot
+    #: hold the database work up.
+    _db_at: tuple[datetime, float] | None = None
 
     @property
     def models(self) -> Models:
         return self.database.models
 
     def run(self, max_interval: float) -> float:
-        """Do every kind of work that is due; the seconds until the next is due."""
+        """Do every kind of work that is due; the seconds until the next is due.
+
+        A run woken early for a held send (:mod:`.held`) sends it and goes back to sleep
+        without touching the database, until the database work is due.
+        """
+        self.send_held()
+        if self._db_at is not None:
+            at, deadline = self._db_at
+            left = min((at - self.clock()).total_seconds(), deadline - time.monotonic())
+            if left > 0:
+                return self._wait(min(left, max_interval))
+            self._db_at = None
         settings = self.database.settings
         now = self.clock()
         current = self.probe()
-        fires, checks, pending, confirms = current.due(now)
+        fires, checks, pending, confirms = current.due(now, CLAIM_AHEAD)
         busy = worked = False
         if fires or pending or confirms:
             worked = True
@@ -185,6 +123,7 @@ class Tick:
                 busy = self.dispatch_due(now, max_interval)
                 busy = self.publish_pending(now) or busy
                 busy = self.confirm_deliveries(now) or busy
+                self.send_held()
                 if not busy or time.monotonic() - started > self.tick_budget:
                     break
                 now = self.clock()
@@ -192,23 +131,88 @@ class Tick:
         if checks or alerts_due or time.monotonic() >= self._next_lost_sweep:
             worked = True
             self.check_health(self.clock())
+            self.send_held()
         if busy:
             return 0.0
         if worked:
             current = self.probe()
-        wake_at = current.earliest()
+        wake_at = current.earliest(CLAIM_AHEAD)
         delay = float(max_interval)
         if wake_at is not None:
             delay = min(delay, (wake_at - self.clock()).total_seconds())
         if self._alerts_at is not None and settings.alert_webhook_url is not None:
             delay = min(delay, (self._alerts_at - self.clock()).total_seconds())
-        delay = min(delay, self._next_lost_sweep - time.monotonic(), settings.lease_ttl / 3)
+        delay = max(
+            0.0, min(delay, self._next_lost_sweep - time.monotonic(), settings.lease_ttl / 3)
+        )
+        wait = self._wait(delay)
+        if wait < delay:
+            self._db_at = (
+                self.clock() + timedelta(seconds=delay),
+                time.monotonic() + delay,
+            )
+        return wait
+
+    def _wait(self, delay: float) -> float:
+        """``delay``, or less when a held send or a marking is due sooner."""
+        send_at = self.held.next_at()
+        if send_at is not None:
+            delay = min(delay, max((send_at - self.clock()).total_seconds(), SEND_EVERY))
+        mark_in = self.held.mark_in()
+        if mark_in is not None:
+            delay = min(delay, mark_in)
         return max(0.0, delay)
+
+    def send_held(self) -> None:
+        """Publish the held fires whose send time has come; mark the sent ones in time."""
+        now = self.clock()
+        due = self.held.due(now)
+        while due:
+            # One payload per schedule per send (two held fires of one schedule may
+            # carry different payloads: an edit between their claims).
+            payloads: dict[str, Payload] = {}
+            fires: list[Fire] = []
+            later: list[tuple[Fire, Payload]] = []
+            for fire, payload in due:
+                if payloads.setdefault(fire.schedule, payload) == payload:
+                    fires.append(fire)
+                else:
+                    later.append((fire, payload))
+            refused = self._publish(fires, payloads, held=True)
+            due = [(fire, payload) for fire, payload in later if fire.schedule not in refused]
+        marking = self.held.to_mark(now)
+        if marking:
+            try:
+                mark_groups(self.database, marking)
+            except Exception:
+                for at, fires in marking:
+                    self.held.sent(fires, at)  # marked on a later run
+                raise
+
+    def close(self) -> None:
+        """Mark what was sent, and give back the held fires not sent (one line if the
+        database cannot be reached: any Beat publishes them once their claim runs out)."""
+        try:
+            marking = self.held.to_mark(self.clock(), force=True)
+            if marking:
+                mark_groups(self.database, marking)
+            claims = self.held.release()
+            if claims:
+                with self.database.begin() as conn:
+                    ledger.unclaim(conn, self.models, claims)
+        except Exception as exc:  # noqa: BLE001 - stopping anyway; the ledger stays correct
+            logger.warning(
+                "could not give back held fires, or mark sent ones, at shutdown (%s); "
+                "any Beat publishes them once their claim runs out (a repeat of a sent "
+                "one is harmless: same task id and key)",
+                one_line(exc),
+                extra={"action": "held_fires_not_released"},
+            )
 
     def probe(self) -> Probe:
         confirm = self.database.settings.confirm_delivery_after is not None
         with self.database.autocommit() as conn:
-            return schedule_rows.probe(conn, self.models, confirm=confirm)
+            return schedule_rows.probe(conn, self.models, confirm=confirm, claim_ahead=CLAIM_AHEAD)
 
     def dispatch_due(self, now: datetime, max_interval: float) -> bool:
         """Decide, record and publish the fires of the schedules due now; True: a full
@@ -216,6 +220,7 @@ class Tick:
         settings = self.database.settings
         on_time = timedelta(seconds=max(2 * float(max_interval), 10.0))
         republish_at = now + timedelta(seconds=settings.republish_after)
+        hold_until = now + HOLD_AHEAD
         with self.database.begin() as conn:
             due = schedule_rows.claim_due_schedules(conn, self.models, now, self.batch_size)
             if not due:
@@ -242,12 +247,12 @@ class Tick:
                         on_time=on_time,
                         runs_left=bounds.runs_left(row.fired_count),
                     )
-                    plan = plan_row(row, window, decision, now, republish_at)
+                    plan = plan_row(row, window, decision, now, republish_at, hold_until)
                 except Exception as exc:  # noqa: BLE001 - isolated to its schedule
                     changes.append(self._error_change(row, exc, now))
                     continue
                 self._note_recovery(row)
-                _log_decision(row, decision)
+                log_decision(row, decision)
                 plans.append(plan)
                 changes.append(plan.change)
                 if spec.policy.bounds.max_runs is not None:
@@ -262,7 +267,7 @@ class Tick:
                 if plan.fires:
                     plan.change["sent"] = sent.get(plan.fires[0].schedule, 0)
             for row, spec, change in bounded.values():
-                _recount(row, spec, change)
+                recount(row, spec, change)
             schedule_rows.advance_schedules(conn, self.models, changes)
             recovered = [row.name for row in due if row.error is not None and row.name in payloads]
             # A schedule newly in error, or out of it, is checked: its health changed.
@@ -270,15 +275,25 @@ class Tick:
             newly = [row.name for row in due if row.error is None and row.id in errored]
             schedule_rows.request_checks(conn, self.models, recovered + newly)
             run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
-        self._publish([fire for fire in inserted if fire.publish_count > 0], payloads)
+        holds = {key: hold for plan in plans for key, hold in plan.holds.items()}
+        now_sent: list[Fire] = []
+        for fire in inserted:
+            if fire.key in holds:
+                send_at, claimed_until = holds[fire.key]
+                self.held.hold(fire, payloads[fire.schedule], send_at, claimed_until)
+            elif fire.publish_count > 0:
+                now_sent.append(fire)
+        self._publish(now_sent, payloads)
         return len(due) >= self.batch_size
 
     def publish_pending(self, now: datetime) -> bool:
-        """Publish the pending fires whose ``publish_after`` has passed; True: a full batch."""
+        """Claim the pending fires due within the hold window; publish those due now and
+        hold the others (:mod:`.held`). True: a full batch."""
         settings = self.database.settings
+        until = now + HOLD_AHEAD + timedelta(seconds=settings.republish_after)
         with self.database.begin() as conn:
             claimed = ledger.claim_pending(
-                conn, self.models, now, settings.republish_after, self.batch_size
+                conn, self.models, now, until, self.batch_size, ahead=HOLD_AHEAD
             )
             if not claimed:
                 return False
@@ -289,7 +304,15 @@ class Tick:
             ledger.mark_cancelled(conn, self.models, orphans)
         # A schedule in error keeps its pending fires (claimed again after
         # republish_after) until the error clears.
-        self._publish([fire for fire in claimed if _sendable(fire, payloads)], payloads)
+        now_sent: list[Fire] = []
+        for fire in claimed:
+            if not _sendable(fire, payloads):
+                continue
+            if fire.send_at is not None and fire.send_at > now:
+                self.held.hold(fire, payloads[fire.schedule], fire.send_at, until)
+            else:
+                now_sent.append(fire)
+        self._publish(now_sent, payloads)
         return len(claimed) >= self.batch_size
 
     def confirm_deliveries(self, now: datetime) -> bool:
@@ -347,11 +370,22 @@ class Tick:
         # After the changes' commit, so a change's alert goes out on the tick that saw it.
         self._alerts_at = send_due(self.database, settings, self.clock)
 
-    def _publish(self, fires: list[Fire], payloads: dict[str, Payload]) -> None:
+    def _publish(
+        self, fires: list[Fire], payloads: dict[str, Payload], *, held: bool = False
+    ) -> set[str]:
+        """Send ``fires`` and mark the sent ones ``sent`` (``held``: later, together);
+        the schedules whose payload the broker refused."""
         if not fires:
-            return
-        published = publish(self.app, self.database, fires, payloads, self.producer(), self.clock)
+            return set()
+        published = send(self.app, fires, payloads, self.producer())
+        if held:
+            self.held.sent(published.sent, self.clock())
+        else:
+            mark(self.database, published.sent, self.clock)
         if published.refused:
+            # Their held fires wait in the ledger with the rest (claimed again when
+            # their claims run out), rather than being refused one by one.
+            self.held.drop(published.refused)
             for name, reason in published.refused.items():
                 self._report_error(name, reason)
             with self.database.begin() as conn:
@@ -363,6 +397,7 @@ class Tick:
             now = self.clock()
             for fire in published.sent:
                 self.metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
+        return set(published.refused)
 
     def _usable(self, row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
         """The validated entry and payload of a row, or an error saying why it is unusable.
@@ -434,41 +469,6 @@ class Tick:
         )
 
 
-def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
-    """A due row checked with the rules every entry passes before it is written
-    (GafferError, or InvalidSchedule: why it cannot be used)."""
-    try:
-        schedule = schedule_from_dict(decode_json(row.schedule))
-        args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
-    except ValueError as exc:
-        if isinstance(exc, GafferError):
-            raise
-        raise GafferError(f"schedule/args/kwargs/options: undecodable JSON ({exc})") from exc
-    spec = validate_entry(
-        name=row.name,
-        task=row.task,
-        schedule=schedule,
-        args=args,
-        kwargs=kwargs,
-        options=options,
-        gaffer={
-            "catchup": row.catchup,
-            "overlap": row.overlap,
-            "starting_deadline": row.starting_deadline,
-            "grace": row.grace,
-            "start_at": row.start_at,
-            "end_at": row.end_at,
-            "max_runs": row.max_runs,
-            "ping_url": row.ping_url,
-        },
-    )
-    policy = spec.policy
-    payload = Payload(
-        row.task, spec.args, spec.kwargs, spec.options, policy.overlap, ping_url=policy.ping_url
-    )
-    return spec, payload
-
-
 def _sendable(fire: Fire, payloads: dict[str, Payload]) -> bool:
     payload = payloads.get(fire.schedule)
     return payload is not None and payload.error is None
@@ -488,21 +488,3 @@ def sweep_lost(
     # message went down with the worker and the broker, it is published again.
     ledger.reopen_now(conn, models, [task_id for _, _, task_id in stale])
     return [(str(run_id), schedule) for run_id, schedule, _ in stale]
-
-
-def _log_decision(row: DueSchedule, decision: Decision) -> None:
-    for nominal in decision.missed:
-        logger.warning(
-            "fire %s is older than its starting deadline: recorded as missed",
-            fire_key(row.name, nominal),
-            extra={"action": "fire_missed", "schedule": row.name},
-        )
-    if decision.skipped:
-        logger.warning(
-            "schedule %s: %s%d missed fires not sent (catch-up policy %r)",
-            row.name,
-            "at least " if decision.skipped_at_least else "",
-            decision.skipped,
-            row.catchup,
-            extra={"action": "fires_skipped", "schedule": row.name},
-        )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, select, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..protocol import FireState, fire_key, fire_task_id
@@ -37,6 +37,8 @@ class Fire:
     task_id: str
     kind: str
     publish_count: int
+    #: When it was to be sent (its ``publish_after`` when it was claimed), if known.
+    send_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,41 +131,68 @@ def insert_fires(
 
 
 def claim_pending(
-    conn: Connection, models: Models, now: datetime, republish_after: float, limit: int
+    conn: Connection,
+    models: Models,
+    now: datetime,
+    until: datetime,
+    limit: int,
+    *,
+    ahead: timedelta = timedelta(0),
 ) -> list[Fire]:
-    """Claim pending fires whose ``publish_after`` has passed, and push it forward.
+    """Claim pending fires due to be published, pushing ``publish_after`` to ``until``
+    (at least ``gaffer_republish_after`` past the last send time claimed).
 
-    These are jittered fires whose send time has come, and fires whose publisher died
-    between commit and publish (or between publish and marking them sent).
+    Due: a fire never claimed whose send time is at most ``ahead`` away (a jittered
+    fire; the caller sends it at its ``send_at``), and a claimed one whose claim has run
+    out (its publisher died between commit and publish, or between publish and marking
+    it sent). A live claim is never taken early.
     """
-    f = models.Fire
-    claimed = lock_due_fires(conn, models, FireState.PENDING, now, limit)
+    claimed = lock_due_fires(conn, models, FireState.PENDING, now, limit, unclaimed_ahead=ahead)
     if claimed:
-        table = table_of(f)
+        table = table_of(models.Fire)
         for start in range(0, len(claimed), CHUNK):
             ids = [fire.id for fire in claimed[start : start + CHUNK]]
             conn.execute(
                 update(table)
                 .where(matches(conn, table.c.id, ids, "bigint"))
-                .values(
-                    publish_after=now + timedelta(seconds=republish_after),
-                    publish_count=table.c.publish_count + 1,
-                )
+                .values(publish_after=until, publish_count=table.c.publish_count + 1)
             )
     return claimed
 
 
 def lock_due_fires(
-    conn: Connection, models: Models, state: str, now: datetime, limit: int
+    conn: Connection,
+    models: Models,
+    state: str,
+    now: datetime,
+    limit: int,
+    *,
+    unclaimed_ahead: timedelta = timedelta(0),
 ) -> list[Fire]:
-    """Lock fires in ``state`` whose ``publish_after`` has passed (other Beats skip them).
+    """Lock fires in ``state`` whose ``publish_after`` has passed, and those never
+    published whose ``publish_after`` is at most ``unclaimed_ahead`` away (other Beats
+    skip them).
 
-    ``publish_count`` of the returned fires is the number of the send about to be made.
+    ``publish_count`` of the returned fires is the number of the send about to be made,
+    ``send_at`` their ``publish_after`` as found.
     """
     f = models.Fire
+    # The bound on publish_after first: an index range, whatever the OR leaves out.
+    due: ColumnElement[bool] = f.publish_after <= now + unclaimed_ahead
+    if unclaimed_ahead:
+        due = and_(due, or_(f.publish_after <= now, f.publish_count == 0))
     stmt = (
-        select(f.id, f.schedule, f.nominal_at, f.key, f.task_id, f.kind, f.publish_count)
-        .where(f.state == state, f.publish_after <= now)
+        select(
+            f.id,
+            f.schedule,
+            f.nominal_at,
+            f.key,
+            f.task_id,
+            f.kind,
+            f.publish_count,
+            f.publish_after,
+        )
+        .where(f.state == state, due)
         .order_by(f.publish_after)
         .limit(limit)
     )
@@ -178,6 +207,7 @@ def lock_due_fires(
             row.task_id,
             row.kind,
             row.publish_count + 1,
+            row.publish_after,
         )
         for row in conn.execute(stmt)
     ]
@@ -209,6 +239,37 @@ def mark_sent(
             )
             .values(**values)
         )
+
+
+def unclaim(
+    conn: Connection, models: Models, claims: Sequence[tuple[int, datetime, datetime]]
+) -> None:
+    """Give back claimed fires that were not sent, as ``(id, send_at, claimed_until)``:
+    each ``pending`` from its own ``send_at`` again, its claim's publish uncounted, for
+    any Beat to publish. A fire whose claim is no longer this one (``publish_after``
+    moved: another Beat took it after the claim ran out) is left as it is."""
+    if not claims:
+        return
+    table = table_of(models.Fire)
+    stmt = (
+        update(table)
+        .where(
+            table.c.id == bindparam("b_id"),
+            table.c.state == FireState.PENDING,
+            table.c.publish_after == bindparam("b_claimed"),
+        )
+        .values(
+            publish_after=bindparam("b_send_at", type_=table.c.publish_after.type),
+            publish_count=table.c.publish_count - 1,
+        )
+    )
+    conn.execute(
+        stmt,
+        [
+            {"b_id": fire_id, "b_send_at": send_at, "b_claimed": claimed}
+            for fire_id, send_at, claimed in claims
+        ],
+    )
 
 
 def mark_cancelled(conn: Connection, models: Models, ids: Iterable[int]) -> None:

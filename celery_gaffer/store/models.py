@@ -90,7 +90,8 @@ class FireRow:
 
     ``state`` is ``pending`` until published, then ``sent``; ``missed`` when it was older
     than the schedule's starting deadline. ``publish_after`` is when a pending fire may be
-    (re)published by any Beat: its jittered send time, or the republish deadline.
+    (re)published by any Beat: its jittered send time (claimed up to a second before it
+    while ``publish_count`` is 0), or the end of a Beat's claim.
     """
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

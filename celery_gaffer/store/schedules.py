@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -136,39 +136,68 @@ class Probe:
 
     next_fire_at: datetime | None
     check_at: datetime | None
+    #: The earliest ``publish_after`` of a pending fire.
     publish_after: datetime | None
     confirm_after: datetime | None
+    #: The earliest ``publish_after`` of a pending fire never claimed (a jittered send),
+    #: if less than the claim lead after ``publish_after`` (else it is not due sooner).
+    unclaimed_after: datetime | None = None
 
-    def due(self, now: datetime) -> tuple[bool, bool, bool, bool]:
-        """(fires, health checks, pending publishes, delivery confirmations) due now."""
-        return tuple(  # type: ignore[return-value]
-            when is not None and when <= now
-            for when in (self.next_fire_at, self.check_at, self.publish_after, self.confirm_after)
+    def due(
+        self, now: datetime, claim_ahead: timedelta = timedelta(0)
+    ) -> tuple[bool, bool, bool, bool]:
+        """(fires, health checks, pending publishes, delivery confirmations) due now;
+        a pending fire never claimed is due ``claim_ahead`` before its send time."""
+        fires, checks, publish, confirm, unclaimed = (
+            when is not None and when <= now for when in self._times(claim_ahead)
         )
+        return fires, checks, publish or unclaimed, confirm
 
-    def earliest(self) -> datetime | None:
-        times = [
-            t
-            for t in (self.next_fire_at, self.check_at, self.publish_after, self.confirm_after)
-            if t is not None
-        ]
+    def earliest(self, claim_ahead: timedelta = timedelta(0)) -> datetime | None:
+        times = [t for t in self._times(claim_ahead) if t is not None]
         return min(times) if times else None
 
+    def _times(self, claim_ahead: timedelta) -> tuple[datetime | None, ...]:
+        unclaimed = self.unclaimed_after
+        return (
+            self.next_fire_at,
+            self.check_at,
+            self.publish_after,
+            self.confirm_after,
+            None if unclaimed is None else unclaimed - claim_ahead,
+        )
 
-def probe(conn: Connection, models: Models, *, confirm: bool) -> Probe:
-    """One statement, all index lookups: when fires, checks and publishes are next due."""
+
+def probe(
+    conn: Connection, models: Models, *, confirm: bool, claim_ahead: timedelta = timedelta(0)
+) -> Probe:
+    """Index lookups: when fires, checks and publishes are next due.
+
+    One statement; a second, over a bounded index range, when a pending fire exists and
+    ``claim_ahead`` is set: the earliest fire never claimed within ``claim_ahead`` of the
+    earliest pending one (a later one cannot be due sooner).
+    """
     s, f = models.Schedule, models.Fire
+    pending = f.state == FireState.PENDING
     columns: list[Any] = [
         select(func.min(s.next_fire_at)).scalar_subquery(),
         select(func.min(s.check_at)).scalar_subquery(),
-        select(func.min(f.publish_after)).where(f.state == FireState.PENDING).scalar_subquery(),
+        select(func.min(f.publish_after)).where(pending).scalar_subquery(),
     ]
     if confirm:
         columns.append(
             select(func.min(f.publish_after)).where(f.state == FireState.SENT).scalar_subquery()
         )
     row = conn.execute(select(*columns)).one()
-    return Probe(row[0], row[1], row[2], row[3] if confirm else None)
+    earliest = row[2]
+    unclaimed = None
+    if earliest is not None and claim_ahead:
+        unclaimed = conn.execute(
+            select(func.min(f.publish_after)).where(
+                pending, f.publish_after < earliest + claim_ahead, f.publish_count == 0
+            )
+        ).scalar()
+    return Probe(row[0], row[1], earliest, row[3] if confirm else None, unclaimed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,177 @@
+"""What a tick writes for one due schedule, decided by :mod:`.catchup`.
+
+:func:`usable_row` validates a stored row as ``ScheduleStore`` would, :func:`plan_row`
+turns a schedule's decision into ledger rows, ``missed`` run rows and its watermark
+change, :func:`recount` corrects a bounded schedule's next fire after the insert.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..exceptions import GafferError
+from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
+from ..schedules.bounds import Window
+from ..schedules.kinds import Schedule, schedule_from_dict
+from ..schedules.spec import ScheduleSpec, validate_entry
+from ..store.fires import NewFire
+from ..store.schedule_rows import decode_json
+from ..store.schedules import DueSchedule, Payload
+from .catchup import Decision
+
+logger = logging.getLogger("celery_gaffer.scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """What a tick writes for one due schedule (see :func:`plan_row`)."""
+
+    fires: list[NewFire]
+    missed_runs: list[dict[str, Any]]
+    change: dict[str, Any]
+    #: Jittered fires inserted claimed, to be held: key -> (send time, claimed until).
+    holds: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
+
+
+def plan_row(
+    row: DueSchedule,
+    schedule: Schedule | Window,
+    decision: Decision,
+    now: datetime,
+    republish_at: datetime,
+    hold_until: datetime | None = None,
+) -> RowPlan:
+    """The ledger rows, ``missed`` run rows and watermark change of one decided schedule.
+
+    A fire due now is inserted as published once (``publish_count`` 1, to be republished
+    after ``republish_at`` if its publisher dies). A jittered one sent by ``hold_until``
+    is inserted claimed the same way (republished ``republish_at - now`` after its send
+    time), to be held and sent by this Beat (:mod:`.held`); a later one is inserted
+    unpublished, to be claimed when its ``publish_after`` comes near.
+    """
+    fires: list[NewFire] = []
+    holds: dict[str, tuple[datetime, datetime]] = {}
+    for nominal in decision.send:
+        key = fire_key(row.name, nominal)
+        send_at = schedule.send_at(key, nominal)
+        if send_at <= now:
+            fires.append(
+                NewFire(
+                    row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, republish_at, 1, key
+                )
+            )
+        elif hold_until is not None and send_at <= hold_until:
+            claimed_until = republish_at + (send_at - now)
+            holds[key] = (send_at, claimed_until)
+            fires.append(
+                NewFire(
+                    row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, claimed_until, 1, key
+                )
+            )
+        else:
+            fires.append(
+                NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, send_at, 0, key)
+            )
+    missed_runs = []
+    for nominal in decision.missed:
+        fires.append(NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.MISSED, now, 0))
+        missed_runs.append(missed_run(row.name, row.task, nominal, now, row.starting_deadline))
+    change = {
+        "id": row.id,
+        "watermark_at": decision.watermark,
+        "next_fire_at": decision.next_fire_at,
+        "error": None,
+        "sent": 0,  # the fires really added: set by the tick once they are inserted
+    }
+    return RowPlan(fires, missed_runs, change, holds)
+
+
+def recount(row: DueSchedule, spec: ScheduleSpec, change: dict[str, Any]) -> None:
+    """A schedule with ``max_runs`` whose planned sends found some fires already in the
+    ledger: its next fire, by the runs really left (the plan ended it too early)."""
+    if change["next_fire_at"] is not None:
+        return
+    watermark = change["watermark_at"]
+    window = spec.policy.bounds.window(
+        spec.schedule, fired=row.fired_count + change["sent"], watermark=watermark
+    )
+    change["next_fire_at"] = window.next_after(watermark)
+
+
+def missed_run(
+    schedule: str, task: str, nominal: datetime, now: datetime, deadline: float | None = None
+) -> dict[str, Any]:
+    """The ``gaffer_job_runs`` row of a fire recorded as missed (never sent), with why."""
+    key = fire_key(schedule, nominal)
+    late = (now - nominal).total_seconds()
+    reason = f"never sent: Beat reached it {late:.0f}s late"
+    if deadline is not None:
+        reason += f", past its starting deadline of {deadline:g}s"
+    return {
+        "task_id": fire_task_id(key),
+        "task_name": task,
+        "schedule": schedule,
+        "nominal_at": nominal,
+        "key": key,
+        "attempt": 0,
+        "state": RunState.MISSED,
+        "error_message": reason,
+        "finished_at": now,
+        "updated_at": now,
+    }
+
+
+def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
+    """A due row checked with the rules every entry passes before it is written
+    (GafferError, or InvalidSchedule: why it cannot be used)."""
+    try:
+        schedule = schedule_from_dict(decode_json(row.schedule))
+        args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
+    except ValueError as exc:
+        if isinstance(exc, GafferError):
+            raise
+        raise GafferError(f"schedule/args/kwargs/options: undecodable JSON ({exc})") from exc
+    spec = validate_entry(
+        name=row.name,
+        task=row.task,
+        schedule=schedule,
+        args=args,
+        kwargs=kwargs,
+        options=options,
+        gaffer={
+            "catchup": row.catchup,
+            "overlap": row.overlap,
+            "starting_deadline": row.starting_deadline,
+            "grace": row.grace,
+            "start_at": row.start_at,
+            "end_at": row.end_at,
+            "max_runs": row.max_runs,
+            "ping_url": row.ping_url,
+        },
+    )
+    policy = spec.policy
+    payload = Payload(
+        row.task, spec.args, spec.kwargs, spec.options, policy.overlap, ping_url=policy.ping_url
+    )
+    return spec, payload
+
+
+def log_decision(row: DueSchedule, decision: Decision) -> None:
+    for nominal in decision.missed:
+        logger.warning(
+            "fire %s is older than its starting deadline: recorded as missed",
+            fire_key(row.name, nominal),
+            extra={"action": "fire_missed", "schedule": row.name},
+        )
+    if decision.skipped:
+        logger.warning(
+            "schedule %s: %s%d missed fires not sent (catch-up policy %r)",
+            row.name,
+            "at least " if decision.skipped_at_least else "",
+            decision.skipped,
+            row.catchup,
+            extra={"action": "fires_skipped", "schedule": row.name},
+        )
