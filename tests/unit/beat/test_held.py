@@ -95,4 +95,5 @@ def test_release_gives_every_unsent_claim_back() -> None:
         (0, T0 + timedelta(milliseconds=500), T0 + timedelta(milliseconds=500, seconds=30)),
         (1, T0 + timedelta(milliseconds=100), T0 + timedelta(milliseconds=100, seconds=30)),
     ]
-    assert len(sends) == 0 and sends.next_at() is None
+    assert len(sends) == 0
+    assert sends.next_at() is None
