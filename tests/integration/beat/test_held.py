@@ -54,6 +54,16 @@ def jittered(app: Celery, clock: FrozenClock, jitter: float) -> datetime:
     return send_at
 
 
+def holding(app: Celery, clock: FrozenClock) -> tuple[datetime, Scheduler]:
+    """A Beat that has decided, and holds, the fire at NOMINAL of a schedule with a
+    jitter under a second; that fire's send time."""
+    send_at = jittered(app, clock, 0.9)
+    beat = Scheduler(app, clock=clock)
+    clock.now = NOMINAL
+    beat.tick()
+    return send_at, beat
+
+
 def test_a_fire_sent_within_a_second_is_claimed_when_decided_and_sent_at_its_time(
     app: Celery, clock: FrozenClock, redis_url: str
 ) -> None:
@@ -81,10 +91,7 @@ def test_a_fire_sent_within_a_second_is_claimed_when_decided_and_sent_at_its_tim
 def test_a_wake_for_a_held_send_makes_no_database_round_trip(
     app: Celery, clock: FrozenClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    send_at = jittered(app, clock, 0.9)
-    beat = Scheduler(app, clock=clock)
-    clock.now = NOMINAL
-    beat.tick()
+    send_at, beat = holding(app, clock)
     probes: list[object] = []
     tick = beat._tick_state
     real_probe, real_claim = tick.probe, tick.publish_pending
@@ -132,10 +139,7 @@ def test_pending_fires_are_claimed_ahead_of_their_time_and_sent_at_it(
 def test_a_beat_that_stops_gives_its_held_fires_back(
     app: Celery, clock: FrozenClock, redis_url: str
 ) -> None:
-    send_at = jittered(app, clock, 0.9)
-    beat = Scheduler(app, clock=clock)
-    clock.now = NOMINAL
-    beat.tick()
+    send_at, beat = holding(app, clock)
     beat.close()
     assert fire_row(app) == ("pending", 0, send_at)
     clock.now = send_at
@@ -220,10 +224,7 @@ def test_with_the_shortest_republish_after_two_beats_send_each_fire_once(
 def test_a_clock_stepped_back_does_not_hold_the_database_work_up(
     app: Celery, clock: FrozenClock, redis_url: str
 ) -> None:
-    send_at = jittered(app, clock, 0.9)
-    beat = Scheduler(app, clock=clock)
-    clock.now = NOMINAL
-    beat.tick()
+    send_at, beat = holding(app, clock)
     clock.now = send_at
     beat.tick()  # sent; the database work is due at NOMINAL + max_interval
     clock.now = send_at - timedelta(hours=1)
@@ -233,10 +234,7 @@ def test_a_clock_stepped_back_does_not_hold_the_database_work_up(
 def test_held_fires_of_one_schedule_are_each_sent_with_their_own_payload(
     app: Celery, clock: FrozenClock, redis_url: str
 ) -> None:
-    send_at = jittered(app, clock, 0.9)
-    beat = Scheduler(app, clock=clock)
-    clock.now = NOMINAL
-    beat.tick()
+    send_at, beat = holding(app, clock)
     tick = beat._tick_state
     [(held, payload)] = tick.held.due(send_at)
     edited = replace(payload, args=["edited"])
