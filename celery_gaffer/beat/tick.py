@@ -114,7 +114,7 @@ class Tick:
         settings = self.database.settings
         now = self.clock()
         current = self.probe()
-        fires, checks, pending, confirms = current.due(now, CLAIM_AHEAD)
+        fires, checks, pending, confirms = current.due(now)
         busy = worked = False
         if fires or pending or confirms:
             worked = True
@@ -136,7 +136,7 @@ class Tick:
             return 0.0
         if worked:
             current = self.probe()
-        wake_at = current.earliest(CLAIM_AHEAD)
+        wake_at = current.earliest()
         delay = float(max_interval)
         if wake_at is not None:
             delay = min(delay, (wake_at - self.clock()).total_seconds())

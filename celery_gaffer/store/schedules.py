@@ -139,32 +139,29 @@ class Probe:
     #: The earliest ``publish_after`` of a pending fire.
     publish_after: datetime | None
     confirm_after: datetime | None
-    #: The earliest ``publish_after`` of a pending fire never claimed (a jittered send),
-    #: if less than the claim lead after ``publish_after`` (else it is not due sooner).
-    unclaimed_after: datetime | None = None
+    #: When the earliest pending fire never claimed (a jittered send) is due to be
+    #: claimed: ``claim_ahead`` before its ``publish_after`` (None: not sooner than
+    #: ``publish_after``).
+    claim_at: datetime | None = None
 
-    def due(
-        self, now: datetime, claim_ahead: timedelta = timedelta(0)
-    ) -> tuple[bool, bool, bool, bool]:
-        """(fires, health checks, pending publishes, delivery confirmations) due now;
-        a pending fire never claimed is due ``claim_ahead`` before its send time."""
-        fires, checks, publish, confirm, unclaimed = (
-            when is not None and when <= now for when in self._times(claim_ahead)
+    def due(self, now: datetime) -> tuple[bool, bool, bool, bool]:
+        """(fires, health checks, pending publishes, delivery confirmations) due now."""
+        fires, checks, publish, confirm, claim = (
+            when is not None and when <= now for when in self._times()
         )
-        return fires, checks, publish or unclaimed, confirm
+        return fires, checks, publish or claim, confirm
 
-    def earliest(self, claim_ahead: timedelta = timedelta(0)) -> datetime | None:
-        times = [t for t in self._times(claim_ahead) if t is not None]
+    def earliest(self) -> datetime | None:
+        times = [t for t in self._times() if t is not None]
         return min(times) if times else None
 
-    def _times(self, claim_ahead: timedelta) -> tuple[datetime | None, ...]:
-        unclaimed = self.unclaimed_after
+    def _times(self) -> tuple[datetime | None, ...]:
         return (
             self.next_fire_at,
             self.check_at,
             self.publish_after,
             self.confirm_after,
-            None if unclaimed is None else unclaimed - claim_ahead,
+            self.claim_at,
         )
 
 
@@ -190,14 +187,15 @@ def probe(
         )
     row = conn.execute(select(*columns)).one()
     earliest = row[2]
-    unclaimed = None
+    claim_at = None
     if earliest is not None and claim_ahead:
         unclaimed = conn.execute(
             select(func.min(f.publish_after)).where(
                 pending, f.publish_after < earliest + claim_ahead, f.publish_count == 0
             )
         ).scalar()
-    return Probe(row[0], row[1], earliest, row[3] if confirm else None, unclaimed)
+        claim_at = None if unclaimed is None else unclaimed - claim_ahead
+    return Probe(row[0], row[1], earliest, row[3] if confirm else None, claim_at)
 
 
 @dataclass(frozen=True, slots=True)
