@@ -282,7 +282,9 @@ class Workload:
         )
 
     def quiesce(self, timeout: float = 90.0) -> None:
-        """Pause every schedule, then wait until no run is ``running``.
+        """Pause every schedule, then wait until nothing is left to run: no run
+        ``running``, no fire ``pending`` and no message queued or unacked, three checks
+        in a row (a message queued before the pause still starts a run after it).
 
         Beat stays up meanwhile: it is what marks the runs of killed workers ``lost``.
         """
@@ -290,15 +292,26 @@ class Workload:
         for stored in store.list():
             store.pause(stored.name)
         database = database_for(self.app)
-        runs = database.models.JobRun
+        runs, fires = database.models.JobRun, database.models.Fire
+        client = redis.Redis.from_url(self.broker)
+        quiet = 0
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with database.read() as conn:
-                if not conn.execute(
-                    select(runs.id).where(runs.state == "running").limit(1)
-                ).first():
-                    return
-            time.sleep(1)
+        try:
+            while time.monotonic() < deadline and quiet < 3:
+                with database.read() as conn:
+                    busy = (
+                        conn.execute(
+                            select(runs.id).where(runs.state == "running").limit(1)
+                        ).first()
+                        or conn.execute(
+                            select(fires.id).where(fires.state == "pending").limit(1)
+                        ).first()
+                    )
+                queued = client.llen("celery") + client.hlen("unacked")
+                quiet = 0 if busy or queued else quiet + 1
+                time.sleep(1)
+        finally:
+            client.close()
 
     def drained(self, until: datetime) -> bool:
         try:
