@@ -49,8 +49,10 @@ def decide(
     max_catchup: int,
     on_time: timedelta,
     runs_left: int | None = None,
+    horizon: datetime | None = None,
 ) -> Decision:
-    """Decide the fires ``f`` with ``watermark < f <= now``.
+    """Decide the fires ``f`` with ``watermark < f <= now`` (or ``<= horizon``, when
+    Beat decides ahead: how late a fire is still counts from ``now``).
 
     ``all`` sends every one, oldest first, at most ``max_catchup`` (the watermark then
     stops at the last one sent, so the rest are due again on the next tick); ``latest``
@@ -68,28 +70,33 @@ def decide(
     """
     skipped = 0
     at_least = False
+    until = now if horizon is None else max(now, horizon)
     if policy.catchup == Catchup.ALL:
-        chosen = list(islice(schedule.fires_between(watermark, now), max_catchup + 1))
+        chosen = list(islice(schedule.fires_between(watermark, until), max_catchup + 1))
         if len(chosen) > max_catchup:
             chosen = chosen[:max_catchup]
             new_watermark = chosen[-1]
         else:
-            new_watermark = max(watermark, now)
+            new_watermark = max(watermark, until)
     else:
-        new_watermark = max(watermark, now)
+        new_watermark = max(watermark, until)
         if policy.catchup == Catchup.LATEST:
+            # The latest fire due now; then, deciding ahead, the fires not due yet (a
+            # fire due now is never dropped for one that is not).
             last = schedule.last_at_or_before(now) if now > watermark else None
             chosen = [last] if last is not None and last > watermark else []
+            if until > now:
+                chosen.extend(schedule.fires_between(max(watermark, now), until))
         else:  # skip: only the fires of the last ``on_time``, found from ``now`` back
             recent = max(watermark, now - on_time - _ONE_SECOND)
-            chosen = [f for f in schedule.fires_between(recent, now) if now - f <= on_time]
-        if chosen or now > watermark:
+            chosen = [f for f in schedule.fires_between(recent, until) if now - f <= on_time]
+        if chosen or until > watermark:
             limit = SKIPPED_COUNT_LIMIT + len(chosen)
             if isinstance(schedule, Every) or (
                 isinstance(schedule, Window) and schedule.counts_exactly
             ):
                 limit = _UNLIMITED  # counted by arithmetic, exactly
-            counted = schedule.count_between(watermark, max(watermark, now), limit)
+            counted = schedule.count_between(watermark, max(watermark, until), limit)
             skipped = max(counted - len(chosen), 0)
             at_least = counted >= limit
 

@@ -10,19 +10,30 @@ comes, with no database round trip, and the sent ones are marked ``sent`` togeth
 If this Beat dies holding fires, any Beat publishes them once their ``publish_after``
 passes (their idempotency key makes a repeat harmless). A Beat that stops cleanly gives
 them back (:func:`~celery_gaffer.store.fires.unclaim`).
+
+A running Beat sends them from a thread of its own (:class:`Sender`), so that a tick
+busy deciding the next second's fires cannot make this second's late. Every method of
+:class:`HeldSends` is safe to call from both threads.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from ..clock import Clock
+from ..exceptions import one_line
 from ..store.fires import Fire
 from ..store.schedules import Payload
+
+logger = logging.getLogger("celery_gaffer.scheduler")
 
 #: How far ahead of its send time a jittered fire is claimed and held.
 HOLD_AHEAD = timedelta(seconds=1)
@@ -38,6 +49,10 @@ MARK_EVERY = 0.2
 MARK_BATCH = 250
 #: A send this close behind the last one lets its marking wait (and share a transaction).
 FOLLOWS_CLOSELY = timedelta(milliseconds=50)
+#: Longest the sender thread sleeps without looking again (a clock stepped forward).
+SENDER_NAP = 0.5
+#: How long the sender waits after a failed round (the database or broker down).
+SENDER_BACKOFF = 1.0
 
 
 @dataclass(order=True, slots=True)
@@ -60,44 +75,55 @@ class HeldSends:
         self._unmarked: list[tuple[datetime, list[Fire]]] = []
         self._unmarked_count = 0
         self._unmarked_since = 0.0  # monotonic time of the oldest unmarked send
+        #: Guards all of the above; notified when an earlier send is held, or on stop.
+        self.changed = threading.Condition(threading.RLock())
 
     def __len__(self) -> int:
-        return len(self._heap)
+        with self.changed:
+            return len(self._heap)
 
     def hold(
         self, fire: Fire, payload: Payload, send_at: datetime, claimed_until: datetime
     ) -> None:
-        heapq.heappush(self._heap, _Held(send_at, next(self._seq), fire, payload, claimed_until))
+        held = _Held(send_at, next(self._seq), fire, payload, claimed_until)
+        with self.changed:
+            heapq.heappush(self._heap, held)
+            if self._heap[0] is held:
+                self.changed.notify_all()
 
     def next_at(self) -> datetime | None:
         """When the next held fire is to be sent (None: none held)."""
-        return self._heap[0].send_at if self._heap else None
+        with self.changed:
+            return self._heap[0].send_at if self._heap else None
 
     def due(self, now: datetime) -> list[tuple[Fire, Payload]]:
         """Take the fires whose send time has come, each with its payload."""
         due: list[tuple[Fire, Payload]] = []
-        while self._heap and self._heap[0].send_at <= now:
-            held = heapq.heappop(self._heap)
-            due.append((held.fire, held.payload))
+        with self.changed:
+            while self._heap and self._heap[0].send_at <= now:
+                held = heapq.heappop(self._heap)
+                due.append((held.fire, held.payload))
         return due
 
     def drop(self, schedules: Iterable[str]) -> None:
         """Stop holding the fires of ``schedules`` (their claims run out; then any Beat
         deals with them from the ledger)."""
         names = set(schedules)
-        kept = [held for held in self._heap if held.fire.schedule not in names]
-        if len(kept) != len(self._heap):
-            heapq.heapify(kept)
-            self._heap = kept
+        with self.changed:
+            kept = [held for held in self._heap if held.fire.schedule not in names]
+            if len(kept) != len(self._heap):
+                heapq.heapify(kept)
+                self._heap = kept
 
     def sent(self, fires: list[Fire], at: datetime) -> None:
         """Fires published at ``at``, to be marked ``sent`` by :meth:`to_mark`."""
         if not fires:
             return
-        if not self._unmarked:
-            self._unmarked_since = self._monotonic()
-        self._unmarked.append((at, fires))
-        self._unmarked_count += len(fires)
+        with self.changed:
+            if not self._unmarked:
+                self._unmarked_since = self._monotonic()
+            self._unmarked.append((at, fires))
+            self._unmarked_count += len(fires)
 
     def to_mark(self, now: datetime, *, force: bool = False) -> list[tuple[datetime, list[Fire]]]:
         """The sent fires to mark now, by send time (taken: :meth:`sent` them again if
@@ -107,29 +133,123 @@ class HeldSends:
         at most :data:`MARK_EVERY` seconds or :data:`MARK_BATCH` fires (``force``: no
         waiting).
         """
-        if not self._unmarked:
-            return []
-        upcoming = self.next_at()
-        waiting = (
-            not force
-            and upcoming is not None
-            and upcoming - now <= FOLLOWS_CLOSELY
-            and self._unmarked_count < MARK_BATCH
-            and self._monotonic() - self._unmarked_since < MARK_EVERY
-        )
-        if waiting:
-            return []
-        taken, self._unmarked, self._unmarked_count = self._unmarked, [], 0
-        return taken
+        with self.changed:
+            if not self._unmarked:
+                return []
+            upcoming = self._heap[0].send_at if self._heap else None
+            waiting = (
+                not force
+                and upcoming is not None
+                and upcoming - now <= FOLLOWS_CLOSELY
+                and self._unmarked_count < MARK_BATCH
+                and self._monotonic() - self._unmarked_since < MARK_EVERY
+            )
+            if waiting:
+                return []
+            taken, self._unmarked, self._unmarked_count = self._unmarked, [], 0
+            return taken
 
     def mark_in(self) -> float | None:
         """Seconds until the unmarked fires must be marked (None: none unmarked)."""
-        if not self._unmarked:
-            return None
-        return max(0.0, self._unmarked_since + MARK_EVERY - self._monotonic())
+        with self.changed:
+            if not self._unmarked:
+                return None
+            return max(0.0, self._unmarked_since + MARK_EVERY - self._monotonic())
+
+    def wait_in(self, now: datetime, *, marks: bool = True) -> float | None:
+        """Seconds until a held send or (``marks``) a marking is due (None: neither): at
+        least :data:`SEND_EVERY` to the next send, so that close sends share a broker
+        batch."""
+        send_at, mark_in = self.next_at(), self.mark_in() if marks else None
+        waits = [] if mark_in is None else [mark_in]
+        if send_at is not None:
+            waits.append(max((send_at - now).total_seconds(), SEND_EVERY))
+        return min(waits) if waits else None
 
     def release(self) -> list[tuple[int, datetime, datetime]]:
         """Every held fire as ``(id, send_at, claimed_until)``, no longer held."""
-        claims = [(held.fire.id, held.send_at, held.claimed_until) for held in self._heap]
-        self._heap.clear()
-        return claims
+        with self.changed:
+            claims = [(held.fire.id, held.send_at, held.claimed_until) for held in self._heap]
+            self._heap.clear()
+            return claims
+
+
+class Sender:
+    """A thread that runs ``send_held`` whenever a held fire's send time comes, so that
+    held fires go out on time while the tick does database work (and marks them).
+
+    ``send_held(producer)`` is the tick's (publish through ``producer()``, no marking).
+    The thread takes its producer with ``acquire()`` on first use and releases it when
+    it ends. A failed round is logged in one line and tried again after
+    :data:`SENDER_BACKOFF` (the fires it took stay pending and claimed; any Beat
+    republishes them once their claim runs out). If the thread ends anyway,
+    :attr:`alive` says so, and the tick sends the held fires itself.
+    """
+
+    def __init__(
+        self,
+        held: HeldSends,
+        clock: Clock,
+        send_held: Callable[[Callable[[], Any]], None],
+        acquire: Callable[[], Any],
+        name: str = "gaffer-held-sends",
+    ) -> None:
+        self._held = held
+        self._clock = clock
+        self._send_held = send_held
+        self._acquire = acquire
+        self._producer: Any = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop after the round under way (waits at most ``timeout`` seconds for it);
+        False: the round is still under way (a broker that does not answer)."""
+        with self._held.changed:
+            self._stopping.set()
+            self._held.changed.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _producer_now(self) -> Any:
+        if self._producer is None:
+            self._producer = self._acquire()
+        return self._producer
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._round()
+        finally:
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                producer.release()
+
+    def _round(self) -> None:
+        try:
+            with self._held.changed:  # reentrant: held while wait_in looks
+                wait = self._held.wait_in(self._clock(), marks=False)
+                if wait is None or wait > 0:
+                    self._held.changed.wait(SENDER_NAP if wait is None else min(wait, SENDER_NAP))
+                if self._stopping.is_set():
+                    return
+            self._send_held(self._producer_now)
+        except Exception as exc:  # noqa: BLE001 - a thread must not die of one round
+            logger.error(
+                "could not send held fires (%s); trying again in %.0f s (any Beat "
+                "republishes them once their claim runs out)",
+                one_line(exc),
+                SENDER_BACKOFF,
+                extra={"action": "held_send_failed"},
+            )
+            with self._held.changed:
+                if not self._stopping.is_set():
+                    self._held.changed.wait(SENDER_BACKOFF)

@@ -8,7 +8,7 @@ change, :func:`recount` corrects a bounded schedule's next fire after the insert
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
 from ..schedules.bounds import Window
 from ..schedules.kinds import Schedule, schedule_from_dict
-from ..schedules.spec import ScheduleSpec, validate_entry
+from ..schedules.spec import ScheduleSpec, validate_entry, validate_name
 from ..store.fires import NewFire
 from ..store.schedule_rows import decode_json
 from ..store.schedules import DueSchedule, Payload
@@ -124,11 +124,37 @@ def missed_run(
     }
 
 
-def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
+#: Parsed schedules and validated payloads kept by :func:`usable_row`, by stored text.
+PART_CACHE = 4_096
+
+
+def usable_row(
+    row: DueSchedule, parts: dict[tuple[Any, ...], Any] | None = None
+) -> tuple[ScheduleSpec, Payload]:
     """A due row checked with the rules every entry passes before it is written
-    (GafferError, or InvalidSchedule: why it cannot be used)."""
+    (GafferError, or InvalidSchedule: why it cannot be used).
+
+    ``parts``: a cache of the parsed schedules and the validated rest of the entry (task,
+    arguments, options, policy), by their stored text, so that the many rows sharing a
+    cron expression or a payload are parsed and validated once (the name is checked for
+    each row).
+    """
+    parts = {} if parts is None else parts
+    if len(parts) >= PART_CACHE:
+        parts.clear()
+    schedule_key = ("schedule", str(row.schedule))
+    rest_key = (
+        "rest", row.task, str(row.args), str(row.kwargs), str(row.options), row.catchup,
+        row.overlap, row.starting_deadline, row.grace, row.start_at, row.end_at,
+        row.max_runs, row.ping_url,
+    )  # fmt: skip
+    schedule, rest = parts.get(schedule_key), parts.get(rest_key)
+    if rest is not None and schedule is not None:
+        spec = replace(rest, name=validate_name(row.name), schedule=schedule)
+        return spec, _payload(spec)
     try:
-        schedule = schedule_from_dict(decode_json(row.schedule))
+        if schedule is None:
+            schedule = schedule_from_dict(decode_json(row.schedule))
         args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
     except ValueError as exc:
         if isinstance(exc, GafferError):
@@ -152,11 +178,16 @@ def usable_row(row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
             "ping_url": row.ping_url,
         },
     )
+    parts[schedule_key] = schedule
+    parts[rest_key] = spec
+    return spec, _payload(spec)
+
+
+def _payload(spec: ScheduleSpec) -> Payload:
     policy = spec.policy
-    payload = Payload(
-        row.task, spec.args, spec.kwargs, spec.options, policy.overlap, ping_url=policy.ping_url
+    return Payload(
+        spec.task, spec.args, spec.kwargs, spec.options, policy.overlap, ping_url=policy.ping_url
     )
-    return spec, payload
 
 
 def log_decision(row: DueSchedule, decision: Decision) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -50,7 +50,7 @@ from ..store.schedules import DueSchedule, Payload, Probe
 from .alerts import send_due
 from .catchup import decide
 from .health import announce, check_due
-from .held import CLAIM_AHEAD, HOLD_AHEAD, SEND_EVERY, HeldSends
+from .held import CLAIM_AHEAD, HOLD_AHEAD, MARK_EVERY, HeldSends, Sender
 from .metrics import Metrics
 from .plan import RowPlan, log_decision, plan_row, recount, usable_row
 from .publisher import mark, mark_groups, send
@@ -64,6 +64,9 @@ MAX_PUBLISHES = 4
 PARSED_CACHE = 2_000
 # How soon Beat loads a schedule in error again, to see whether its cause is gone.
 ERROR_RECHECK = timedelta(seconds=60)
+#: Longest a Beat with a sender thread decides fires before they are due (it decides
+#: twice as far ahead as its last batch took, decaying, up to this).
+DECIDE_AHEAD = 0.5
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -82,6 +85,8 @@ class Tick:
     tick_budget: float = 1.0
     metrics: Metrics | None = None
     _parsed: dict[tuple[Any, ...], tuple[ScheduleSpec, Payload]] = field(default_factory=dict)
+    #: Parsed schedules and validated payloads by their stored text (:func:`.usable_row`).
+    _parts: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     _reported_errors: set[tuple[str, str]] = field(default_factory=set)
     _next_lost_sweep: float = 0.0
     #: When an unsent alert is next due (None: none waiting); unknown at start.
@@ -93,6 +98,12 @@ class Tick:
     #: everything due). Either time passing ends the wait: a clock stepped back cannot
     #: hold the database work up.
     _db_at: tuple[datetime, float] | None = None
+    #: Sends the held fires from a thread of its own (:meth:`start_sender`).
+    _sender: Sender | None = None
+    #: Payloads the broker refused to the sender thread, for the tick to record.
+    _refusals: deque[dict[str, str]] = field(default_factory=deque)
+    #: How many seconds before they are due this Beat decides fires (with a sender).
+    _lead: float = 0.0
 
     @property
     def models(self) -> Models:
@@ -102,9 +113,11 @@ class Tick:
         """Do every kind of work that is due; the seconds until the next is due.
 
         A run woken early for a held send (:mod:`.held`) sends it and goes back to sleep
-        without touching the database, until the database work is due.
+        without touching the database, until the database work is due. With a sender
+        thread (:meth:`start_sender`) the run does none of that, and decides fires up to
+        :data:`DECIDE_AHEAD` before they are due (held, then sent at their time).
         """
-        self.send_held()
+        self._send_held_here()
         if self._db_at is not None:
             at, deadline = self._db_at
             left = min((at - self.clock()).total_seconds(), deadline - time.monotonic())
@@ -114,7 +127,8 @@ class Tick:
         settings = self.database.settings
         now = self.clock()
         current = self.probe()
-        fires, checks, pending, confirms = current.due(now)
+        lead = timedelta(seconds=self._lead)
+        fires, checks, pending, confirms = current.due(now, lead)
         busy = worked = False
         if fires or pending or confirms:
             worked = True
@@ -123,7 +137,7 @@ class Tick:
                 busy = self.dispatch_due(now, max_interval)
                 busy = self.publish_pending(now) or busy
                 busy = self.confirm_deliveries(now) or busy
-                self.send_held()
+                self._send_held_here()
                 if not busy or time.monotonic() - started > self.tick_budget:
                     break
                 now = self.clock()
@@ -131,12 +145,12 @@ class Tick:
         if checks or alerts_due or time.monotonic() >= self._next_lost_sweep:
             worked = True
             self.check_health(self.clock())
-            self.send_held()
+            self._send_held_here()
         if busy:
             return 0.0
         if worked:
             current = self.probe()
-        wake_at = current.earliest()
+        wake_at = current.earliest(timedelta(seconds=self._lead))
         delay = float(max_interval)
         if wake_at is not None:
             delay = min(delay, (wake_at - self.clock()).total_seconds())
@@ -154,17 +168,61 @@ class Tick:
         return wait
 
     def _wait(self, delay: float) -> float:
-        """``delay``, or less when a held send or a marking is due sooner."""
-        send_at = self.held.next_at()
-        if send_at is not None:
-            delay = min(delay, max((send_at - self.clock()).total_seconds(), SEND_EVERY))
-        mark_in = self.held.mark_in()
-        if mark_in is not None:
-            delay = min(delay, mark_in)
+        """``delay``, or less when a held send or a marking is due sooner. With a sender
+        thread, only markings: due :data:`.MARK_EVERY` after a send at the latest."""
+        now = self.clock()
+        if self._sender is None:
+            held_in = self.held.wait_in(now)
+        else:
+            held_in = self.held.mark_in()
+            send_at = self.held.next_at()
+            if send_at is not None:
+                # A send overdue (the thread backing off) must not make this 0: a spin.
+                sent_in = max((send_at - now).total_seconds(), 0.0) + MARK_EVERY
+                held_in = sent_in if held_in is None else min(held_in, sent_in)
+        if held_in is not None:
+            delay = min(delay, held_in)
         return max(0.0, delay)
 
-    def send_held(self) -> None:
-        """Publish the held fires whose send time has come; mark the sent ones in time."""
+    def _send_held_here(self) -> None:
+        """Send the held fires due (no sender thread), or mark those the thread sent and
+        record the payloads the broker refused it."""
+        if self._sender is not None and not self._sender.alive:
+            logger.error(
+                "the thread sending held fires has stopped; Beat sends them itself",
+                extra={"action": "held_sender_stopped"},
+            )
+            self._sender, self._lead = None, 0.0
+        if self._sender is None:
+            self.send_held()
+            return
+        while self._refusals:
+            self._record_refused(self._refusals.popleft())
+        self.mark_held(self.clock())
+
+    def start_sender(self) -> None:
+        """Send held fires from a thread of their own from now on (:class:`.Sender`), with
+        a producer of its own from the app's pool; :meth:`close` stops it."""
+        if self._sender is None:
+            self._sender = Sender(
+                self.held,
+                self.clock,
+                self._send_held_in_thread,
+                lambda: self.app.producer_pool.acquire(block=True),
+            )
+            self._sender.start()
+
+    def _send_held_in_thread(self, producer: Callable[[], Any]) -> None:
+        # Marking, and recording a refused payload, are left to the tick: a commit waits
+        # for the disk (sometimes 0.1 s), and the thread never waits for the database.
+        self.send_held(producer, in_thread=True)
+
+    def send_held(
+        self, producer: Callable[[], Any] | None = None, *, in_thread: bool = False
+    ) -> None:
+        """Publish the held fires whose send time has come (through ``producer()``, by
+        default the Beat's); mark the sent ones in time (not ``in_thread``: the sender
+        thread leaves marking, and recording refused payloads, to the tick)."""
         now = self.clock()
         due = self.held.due(now)
         while due:
@@ -178,8 +236,15 @@ class Tick:
                     fires.append(fire)
                 else:
                     later.append((fire, payload))
-            refused = self._publish(fires, payloads, held=True)
+            refused = self._publish(
+                fires, payloads, held=True, producer=producer, in_thread=in_thread
+            )
             due = [(fire, payload) for fire, payload in later if fire.schedule not in refused]
+        if not in_thread:
+            self.mark_held(now)
+
+    def mark_held(self, now: datetime) -> None:
+        """Mark the sent held fires ``sent`` when it is time (:meth:`.HeldSends.to_mark`)."""
         marking = self.held.to_mark(now)
         if marking:
             try:
@@ -190,8 +255,20 @@ class Tick:
                 raise
 
     def close(self) -> None:
-        """Mark what was sent, and give back the held fires not sent (one line if the
-        database cannot be reached: any Beat publishes them once their claim runs out)."""
+        """Stop the sender thread, mark what was sent, and give back the held fires not
+        sent (one line if the database cannot be reached: any Beat publishes them once
+        their claim runs out)."""
+        if self._sender is not None:
+            if not self._sender.stop():
+                logger.warning(
+                    "the thread sending held fires is still publishing at shutdown; a "
+                    "fire it sends now stays claimed, and any Beat sends it again once "
+                    "its claim runs out (same task id and key: harmless)",
+                    extra={"action": "held_sender_busy_at_shutdown"},
+                )
+            self._sender, self._lead = None, 0.0
+        while self._refusals:
+            self._record_refused(self._refusals.popleft())
         try:
             marking = self.held.to_mark(self.clock(), force=True)
             if marking:
@@ -220,9 +297,12 @@ class Tick:
         settings = self.database.settings
         on_time = timedelta(seconds=max(2 * float(max_interval), 10.0))
         republish_at = now + timedelta(seconds=settings.republish_after)
-        hold_until = now + HOLD_AHEAD
+        # Fires due by the horizon are decided now; those not due yet are held.
+        horizon = now + timedelta(seconds=self._lead)
+        hold_until = horizon + HOLD_AHEAD
+        started = time.monotonic()
         with self.database.begin() as conn:
-            due = schedule_rows.claim_due_schedules(conn, self.models, now, self.batch_size)
+            due = schedule_rows.claim_due_schedules(conn, self.models, horizon, self.batch_size)
             if not due:
                 return False
             plans: list[RowPlan] = []
@@ -246,6 +326,7 @@ class Tick:
                         max_catchup=settings.max_catchup,
                         on_time=on_time,
                         runs_left=bounds.runs_left(row.fired_count),
+                        horizon=horizon,
                     )
                     plan = plan_row(row, window, decision, now, republish_at, hold_until)
                 except Exception as exc:  # noqa: BLE001 - isolated to its schedule
@@ -275,6 +356,11 @@ class Tick:
             newly = [row.name for row in due if row.error is None and row.id in errored]
             schedule_rows.request_checks(conn, self.models, recovered + newly)
             run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
+        if self._sender is not None:
+            # Twice what this batch took, decaying: the next batch is decided (and its
+            # fires held) before they are due.
+            took = 2 * (time.monotonic() - started)
+            self._lead = min(DECIDE_AHEAD, max(took, 0.9 * self._lead))
         holds = {key: hold for plan in plans for key, hold in plan.holds.items()}
         now_sent: list[Fire] = []
         for fire in inserted:
@@ -371,13 +457,20 @@ class Tick:
         self._alerts_at = send_due(self.database, settings, self.clock)
 
     def _publish(
-        self, fires: list[Fire], payloads: dict[str, Payload], *, held: bool = False
+        self,
+        fires: list[Fire],
+        payloads: dict[str, Payload],
+        *,
+        held: bool = False,
+        producer: Callable[[], Any] | None = None,
+        in_thread: bool = False,
     ) -> set[str]:
-        """Send ``fires`` and mark the sent ones ``sent`` (``held``: later, together);
-        the schedules whose payload the broker refused."""
+        """Send ``fires`` through ``producer()`` (the Beat's by default) and mark the sent
+        ones ``sent`` (``held``: later, together); the schedules whose payload the broker
+        refused."""
         if not fires:
             return set()
-        published = send(self.app, fires, payloads, self.producer())
+        published = send(self.app, fires, payloads, (producer or self.producer)())
         if held:
             self.held.sent(published.sent, self.clock())
         else:
@@ -386,18 +479,25 @@ class Tick:
             # Their held fires wait in the ledger with the rest (claimed again when
             # their claims run out), rather than being refused one by one.
             self.held.drop(published.refused)
-            for name, reason in published.refused.items():
-                self._report_error(name, reason)
-            with self.database.begin() as conn:
-                # Not loaded again by itself: the row validates, so each recheck would
-                # add a fire the broker refuses again. Fixing its options (update,
-                # --replace) or resuming it clears the error; its pending fires wait.
-                schedule_rows.mark_errors(conn, self.models, published.refused, None)
+            if in_thread:
+                self._refusals.append(published.refused)
+            else:
+                self._record_refused(published.refused)
         if self.metrics is not None:
             now = self.clock()
             for fire in published.sent:
                 self.metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
         return set(published.refused)
+
+    def _record_refused(self, refused: dict[str, str]) -> None:
+        """Put the schedules whose payload the broker refused in error."""
+        for name, reason in refused.items():
+            self._report_error(name, reason)
+        with self.database.begin() as conn:
+            # Not loaded again by itself: the row validates, so each recheck would
+            # add a fire the broker refuses again. Fixing its options (update,
+            # --replace) or resuming it clears the error; its pending fires wait.
+            schedule_rows.mark_errors(conn, self.models, refused, None)
 
     def _usable(self, row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
         """The validated entry and payload of a row, or an error saying why it is unusable.
@@ -427,7 +527,7 @@ class Tick:
         )
         usable = self._parsed.get(cache_key)
         if usable is None:
-            usable = usable_row(row)
+            usable = usable_row(row, self._parts)
             if len(self._parsed) >= PARSED_CACHE:
                 self._parsed.clear()
             self._parsed[cache_key] = usable

@@ -144,20 +144,21 @@ class Probe:
     #: ``publish_after``).
     claim_at: datetime | None = None
 
-    def due(self, now: datetime) -> tuple[bool, bool, bool, bool]:
-        """(fires, health checks, pending publishes, delivery confirmations) due now."""
+    def due(self, now: datetime, lead: timedelta = timedelta(0)) -> tuple[bool, bool, bool, bool]:
+        """(fires, health checks, pending publishes, delivery confirmations) due now;
+        fires are due ``lead`` before their time (decided ahead, sent at their time)."""
         fires, checks, publish, confirm, claim = (
-            when is not None and when <= now for when in self._times()
+            when is not None and when <= now for when in self._times(lead)
         )
         return fires, checks, publish or claim, confirm
 
-    def earliest(self) -> datetime | None:
-        times = [t for t in self._times() if t is not None]
+    def earliest(self, lead: timedelta = timedelta(0)) -> datetime | None:
+        times = [t for t in self._times(lead) if t is not None]
         return min(times) if times else None
 
-    def _times(self) -> tuple[datetime | None, ...]:
+    def _times(self, lead: timedelta) -> tuple[datetime | None, ...]:
         return (
-            self.next_fire_at,
+            None if self.next_fire_at is None else self.next_fire_at - lead,
             self.check_at,
             self.publish_after,
             self.confirm_after,

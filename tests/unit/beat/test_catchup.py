@@ -179,3 +179,59 @@ def test_a_clock_far_ahead_decides_at_once() -> None:
     decision = decide(cron("* * * * *"), Policy(), T0, far, max_catchup=100, on_time=ON_TIME)
     assert decision.send == (far,)
     assert decision.watermark == far
+
+
+@pytest.mark.parametrize("catchup", ["latest", "all", "skip"])
+def test_deciding_ahead_takes_the_fires_up_to_the_horizon_and_lateness_from_now(
+    catchup: str,
+) -> None:
+    # A Beat deciding half a second ahead: the fire at 12:01 is taken at 12:00:59.6, the
+    # watermark moves to the horizon, and the next fire is the one after.
+    now = T0 + timedelta(seconds=59.6)
+    horizon = now + timedelta(seconds=0.5)
+    decision = decide(
+        every(60), Policy(catchup=catchup), T0, now, max_catchup=100, on_time=ON_TIME,
+        horizon=horizon,
+    )  # fmt: skip
+    assert decision.send == minutes(1)
+    assert decision.skipped == 0
+    assert decision.watermark == horizon
+    assert decision.next_fire_at == T0 + timedelta(minutes=2)
+    # Without the horizon, nothing is due yet.
+    assert (
+        decide(every(60), Policy(catchup=catchup), T0, now, max_catchup=100, on_time=ON_TIME).send
+        == ()
+    )
+
+
+def test_deciding_ahead_does_not_make_a_fire_older_than_it_is() -> None:
+    # starting_deadline 150 s: the fire at 12:03 is 149.8 s old now (sent), 150.3 s old
+    # at the horizon; its age counts from now.
+    now = T0 + timedelta(minutes=5, seconds=29.8)
+    decision = decide(
+        every(60), Policy(catchup="all", starting_deadline=150), T0, now,
+        max_catchup=100, on_time=ON_TIME, horizon=now + timedelta(seconds=0.5),
+    )  # fmt: skip
+    assert decision.missed == minutes(1, 2)
+    assert decision.send == minutes(3, 4, 5)
+
+
+def test_deciding_ahead_never_drops_a_due_fire_for_one_not_due_yet() -> None:
+    # every(1), the fire at :01 decided 0.6 s late with a 0.5 s lead: under `latest` it
+    # is still sent, with the fire at :02 (not due yet) after it; nothing is skipped.
+    second = timedelta(seconds=1)
+    now = T0 + timedelta(seconds=1.6)
+    decision = decide(
+        every(1), Policy(catchup="latest"), T0, now, max_catchup=100, on_time=ON_TIME,
+        horizon=now + timedelta(seconds=0.5),
+    )  # fmt: skip
+    assert decision.send == (T0 + second, T0 + 2 * second)
+    assert decision.skipped == 0
+    # Three fires missed: the latest due one is sent, two skipped, the next one decided.
+    late = T0 + timedelta(seconds=3.6)
+    decision = decide(
+        every(1), Policy(catchup="latest"), T0, late, max_catchup=100, on_time=ON_TIME,
+        horizon=late + timedelta(seconds=0.5),
+    )  # fmt: skip
+    assert decision.send == (T0 + 3 * second, T0 + 4 * second)
+    assert decision.skipped == 2
