@@ -211,13 +211,24 @@ class Sender:
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop after the round under way (waits at most ``timeout`` seconds for it);
-        False: the round is still under way (a broker that does not answer)."""
+        False: the round is still under way (a broker that does not answer).
+
+        Celery's Beat closes its scheduler from its SIGTERM handler, which may have
+        interrupted this thread's tick inside a :class:`HeldSends` method: the lock is
+        then ours, the sender cannot wake until that method returns, and waiting for
+        it would only take ``timeout``. It stops as soon as the lock is free.
+        """
         with self._held.changed:
             self._stopping.set()
             self._held.changed.notify_all()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        if self._thread is threading.current_thread() or self._lock_is_ours():
+            return True
+        self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    def _lock_is_ours(self) -> bool:
+        is_owned = getattr(self._held.changed, "_is_owned", None)  # CPython's Condition
+        return bool(is_owned()) if is_owned is not None else False
 
     def _producer_now(self) -> Any:
         if self._producer is None:

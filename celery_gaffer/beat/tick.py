@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..clock import Clock
-from ..exceptions import GafferError, one_line
+from ..exceptions import one_line
 from ..protocol import RunState
 from ..schedules.spec import ScheduleSpec
 from ..store import Database
@@ -52,18 +52,15 @@ from .catchup import decide
 from .health import announce, check_due
 from .held import CLAIM_AHEAD, HOLD_AHEAD, MARK_EVERY, HeldSends, Sender
 from .metrics import Metrics
-from .plan import RowPlan, log_decision, plan_row, recount, usable_row
+from .plan import RowPlan, log_decision, plan_row, recount
 from .publisher import mark, mark_groups, send
 from .redelivery import claim_unconfirmed
+from .rows import RowChecks
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
 # Most times one fire is published when delivery confirmation finds it never started.
 MAX_PUBLISHES = 4
-# Parsed schedules and payloads kept between ticks (the due ones of a busy tick fit).
-PARSED_CACHE = 2_000
-# How soon Beat loads a schedule in error again, to see whether its cause is gone.
-ERROR_RECHECK = timedelta(seconds=60)
 #: Longest a Beat with a sender thread decides fires before they are due (it decides
 #: twice as far ahead as its last batch took, decaying, up to this).
 DECIDE_AHEAD = 0.5
@@ -84,10 +81,8 @@ class Tick:
     #: Longest a tick keeps dispatching before it lets Beat's loop run (it returns 0).
     tick_budget: float = 1.0
     metrics: Metrics | None = None
-    _parsed: dict[tuple[Any, ...], tuple[ScheduleSpec, Payload]] = field(default_factory=dict)
-    #: Parsed schedules and validated payloads by their stored text (:func:`.usable_row`).
-    _parts: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    _reported_errors: set[tuple[str, str]] = field(default_factory=set)
+    #: Due rows validated (cached), and the errors of those that cannot be used.
+    rows: RowChecks = field(default_factory=RowChecks)
     _next_lost_sweep: float = 0.0
     #: When an unsent alert is next due (None: none waiting); unknown at start.
     _alerts_at: datetime | None = field(default_factory=lambda: _EPOCH)
@@ -313,7 +308,7 @@ class Tick:
                 # Whatever one row holds, only that schedule goes to error: the others
                 # of the batch, and Beat, go on.
                 try:
-                    spec, payload = self._usable(row)
+                    spec, payload = self.rows.usable(row, self.app.tasks)
                     bounds = spec.policy.bounds
                     window = bounds.window(
                         spec.schedule, fired=row.fired_count, watermark=row.watermark_at
@@ -330,9 +325,9 @@ class Tick:
                     )
                     plan = plan_row(row, window, decision, now, republish_at, hold_until)
                 except Exception as exc:  # noqa: BLE001 - isolated to its schedule
-                    changes.append(self._error_change(row, exc, now))
+                    changes.append(self.rows.error_change(row, exc, now))
                     continue
-                self._note_recovery(row)
+                self.rows.note_recovery(row)
                 log_decision(row, decision)
                 plans.append(plan)
                 changes.append(plan.change)
@@ -492,81 +487,12 @@ class Tick:
     def _record_refused(self, refused: dict[str, str]) -> None:
         """Put the schedules whose payload the broker refused in error."""
         for name, reason in refused.items():
-            self._report_error(name, reason)
+            self.rows.report_error(name, reason)
         with self.database.begin() as conn:
             # Not loaded again by itself: the row validates, so each recheck would
             # add a fire the broker refuses again. Fixing its options (update,
             # --replace) or resuming it clears the error; its pending fires wait.
             schedule_rows.mark_errors(conn, self.models, refused, None)
-
-    def _usable(self, row: DueSchedule) -> tuple[ScheduleSpec, Payload]:
-        """The validated entry and payload of a row, or an error saying why it is unusable.
-
-        Rows are checked with the same rules as ``ScheduleStore`` (a row written by hand
-        or by another version may break them), and the task must be registered with
-        this Beat's app. Cached by the row's id and raw column values, so an edited row
-        is checked again and an unchanged one is not.
-        """
-        if row.task not in self.app.tasks:
-            raise GafferError(f"task: {row.task!r} is not registered with this Beat's app")
-        cache_key = (
-            row.id,
-            str(row.schedule),
-            row.task,
-            str(row.args),
-            str(row.kwargs),
-            str(row.options),
-            row.overlap,
-            row.catchup,
-            row.starting_deadline,
-            row.grace,
-            row.start_at,
-            row.end_at,
-            row.max_runs,
-            row.ping_url,
-        )
-        usable = self._parsed.get(cache_key)
-        if usable is None:
-            usable = usable_row(row, self._parts)
-            if len(self._parsed) >= PARSED_CACHE:
-                self._parsed.clear()
-            self._parsed[cache_key] = usable
-        return usable
-
-    def _error_change(self, row: DueSchedule, exc: Exception, now: datetime) -> dict[str, Any]:
-        message = (str(exc) or type(exc).__name__).splitlines()[0][:2000]
-        if not isinstance(exc, GafferError):
-            message = f"{type(exc).__name__}: {message}"
-        self._report_error(row.name, message)
-        return {
-            "id": row.id,
-            "watermark_at": row.watermark_at,
-            # Loaded again then: the error clears once its cause is gone.
-            "next_fire_at": now + ERROR_RECHECK,
-            "error": message,
-            "sent": 0,
-        }
-
-    def _report_error(self, name: str, message: str) -> None:
-        if (name, message) not in self._reported_errors:
-            self._reported_errors.add((name, message))
-            logger.error(
-                "schedule %s cannot be used and is marked in error: %s",
-                name,
-                message,
-                extra={"action": "schedule_error", "schedule": name},
-            )
-
-    def _note_recovery(self, row: DueSchedule) -> None:
-        if row.error is None:
-            return
-        self._reported_errors = {(n, m) for n, m in self._reported_errors if n != row.name}
-        logger.warning(
-            "schedule %s is usable again (was in error: %s)",
-            row.name,
-            row.error,
-            extra={"action": "schedule_recovered", "schedule": row.name},
-        )
 
 
 def _sendable(fire: Fire, payloads: dict[str, Payload]) -> bool:

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 
 from celery_gaffer import GafferError, InvalidInput, Scheduler, ScheduleStore, cron, every
 from celery_gaffer.beat.health import all_health
-from celery_gaffer.beat.tick import ERROR_RECHECK
+from celery_gaffer.beat.rows import ERROR_RECHECK
 from celery_gaffer.protocol import fire_key
 from celery_gaffer.store import database_for
 

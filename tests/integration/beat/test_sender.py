@@ -17,7 +17,7 @@ from celery import Celery
 from sqlalchemy import select
 
 from celery_gaffer import Scheduler, ScheduleStore, every
-from celery_gaffer.beat.held import MARK_EVERY
+from celery_gaffer.beat.held import MARK_EVERY, HeldSends, Sender
 from celery_gaffer.protocol import fire_key
 from celery_gaffer.store import database_for
 
@@ -77,16 +77,27 @@ def deciding_ahead(beat: Scheduler) -> Any:
     return tick
 
 
+def scheduled_ahead(app: Celery, name: str) -> tuple[Scheduler, datetime]:
+    """A Beat about to decide ahead, and the nominal time of ``name``'s next fire."""
+    nominal = soon(LEAD + 1)
+    ScheduleStore(app).add(name, "t.noop", every(60, anchor=nominal))
+    beat = Scheduler(app)
+    deciding_ahead(beat)
+    return beat, nominal
+
+
+def tick_before(beat: Scheduler, nominal: datetime) -> None:
+    """Tick half a second into the lead before ``nominal``: its fires are decided."""
+    sleep_until(nominal - timedelta(seconds=LEAD - 0.5))
+    beat.tick()
+
+
 def test_a_fire_decided_ahead_is_held_and_sent_at_its_time_never_before(
     app: Celery, redis_url: str
 ) -> None:
-    nominal = soon(LEAD + 1)
-    ScheduleStore(app).add("ahead", "t.noop", every(60, anchor=nominal))
-    beat = Scheduler(app)
+    beat, nominal = scheduled_ahead(app, "ahead")
     try:
-        deciding_ahead(beat)
-        sleep_until(nominal - timedelta(seconds=LEAD - 0.5))
-        beat.tick()
+        tick_before(beat, nominal)
         # Decided and claimed, not sent: its time has not come.
         assert datetime.now(timezone.utc) < nominal
         assert fire_rows(app)["ahead"][:2] == ("pending", 1)
@@ -114,8 +125,7 @@ def test_held_fires_go_out_at_their_own_times_while_no_tick_runs(
     beat = Scheduler(app)
     try:
         deciding_ahead(beat)
-        sleep_until(nominal - timedelta(seconds=LEAD - 0.5))
-        beat.tick()  # decides and holds the five; no tick until all five are out
+        tick_before(beat, nominal)  # decides and holds the five; no tick until all are out
         assert message_headers(redis_url) == []
         deadline = time.monotonic() + 20
         while len(message_headers(redis_url)) < len(names):
@@ -136,16 +146,13 @@ def test_held_fires_go_out_at_their_own_times_while_no_tick_runs(
 def test_a_stopping_beat_stops_its_sender_and_gives_back_what_it_holds(
     app: Celery, redis_url: str
 ) -> None:
-    nominal = soon(LEAD + 1)
-    ScheduleStore(app).add("held", "t.noop", every(60, anchor=nominal))
-    beat = Scheduler(app)
+    beat, nominal = scheduled_ahead(app, "held")
+    tick = beat._tick_state
+    sender = tick._sender
     try:
-        tick = deciding_ahead(beat)
-        sender = tick._sender
         # What Beat loaded at start is out of the collector's full passes while it runs.
         assert gc.get_freeze_count() > 0
-        sleep_until(nominal - timedelta(seconds=LEAD - 0.5))
-        beat.tick()
+        tick_before(beat, nominal)
         assert len(tick.held) == 1
         assert fire_rows(app)["held"][:2] == ("pending", 1)
     finally:
@@ -176,8 +183,7 @@ def test_a_beat_whose_sender_thread_died_sends_its_held_fires_itself(
     tick._sender = type("Stuck", (), {"alive": True})()  # holds, like a sender would
     try:
         tick._lead = LEAD
-        sleep_until(nominal - timedelta(seconds=LEAD - 0.5))
-        beat.tick()
+        tick_before(beat, nominal)
         assert len(tick.held) == 1
         assert fire_rows(app)["orphan"][:2] == ("pending", 1)
         # The real thread takes over, and ends at its first send.
@@ -208,8 +214,7 @@ def test_an_overdue_held_send_does_not_make_the_tick_spin(app: Celery) -> None:
     tick._sender = type("Stuck", (), {"alive": True})()  # a thread that sends nothing
     try:
         tick._lead = LEAD
-        sleep_until(nominal - timedelta(seconds=LEAD - 0.5))
-        beat.tick()
+        tick_before(beat, nominal)
         assert len(tick.held) == 1
         sleep_until(nominal + timedelta(seconds=MARK_EVERY + 0.1))  # overdue, unsent
         delays = [beat.tick() for _ in range(3)]
@@ -218,3 +223,26 @@ def test_an_overdue_held_send_does_not_make_the_tick_spin(app: Celery) -> None:
     finally:
         tick._sender = None
         beat.close()
+
+
+def test_stopping_from_inside_a_held_sends_method_does_not_wait_for_the_thread() -> None:
+    # Celery's Beat closes the scheduler from its SIGTERM handler, which can interrupt
+    # the tick inside a HeldSends method: stop() must not wait 5 s for a thread that
+    # cannot wake until that method returns; the thread ends right after it.
+    held = HeldSends()
+    calls: list[object] = []
+    sender = Sender(held, lambda: datetime.now(timezone.utc), calls.append, lambda: None)
+    sender.start()
+    with held.changed:  # as if interrupted inside hold()
+        started = time.monotonic()
+        assert sender.stop(timeout=5.0)
+        assert time.monotonic() - started < 1.0
+    deadline = time.monotonic() + 5
+    while sender.alive:
+        assert time.monotonic() < deadline, "the thread did not end"
+        time.sleep(0.01)
+    # From outside any such method, stop() waits for the thread, as before.
+    other = Sender(HeldSends(), lambda: datetime.now(timezone.utc), calls.append, lambda: None)
+    other.start()
+    assert other.stop(timeout=5.0)
+    assert not other.alive
