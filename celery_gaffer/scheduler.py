@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         #: Held fires go out from a thread of their own (default: on the real clock;
         #: a test driving an injected clock sends them from tick() instead).
         self._sender_thread = clock is utcnow if sender_thread is None else sender_thread
+        self._froze = False
         #: How Beat waits between attempts to reach its database at start-up.
         self.sleep = sleep
         self.database: Database = database_for(app)
@@ -116,11 +118,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 delay = min(delay * 2, START_BACKOFF_MAX)
         if self._sender_thread:
             self._tick_state.start_sender()
-            # Everything loaded so far (Celery, SQLAlchemy, kombu, the models) lives as
-            # long as Beat: out of the collector's full passes, which otherwise pause
-            # every thread, the sender's too, for 0.1-0.2 s every few seconds under load.
-            gc.collect()
-            gc.freeze()
+            if not self._froze:
+                self._froze = _freeze()
         if settings.metrics_port is not None and self._tick_state.metrics is None:
             # Per-schedule gauges appear as Beat checks each schedule (check_at).
             try:
@@ -161,8 +160,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def close(self) -> None:
         super().close()
         self._tick_state.close()
-        if self._sender_thread:
-            gc.unfreeze()  # an embedded Beat's process goes on without it
+        if self._froze:
+            self._froze = False
+            _unfreeze()  # an embedded Beat's process goes on without it
         metrics = self._tick_state.metrics
         if metrics is not None:
             metrics.close()
@@ -181,3 +181,33 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     @schedule.setter
     def schedule(self, value: Any) -> None:
         pass
+
+
+# Beats of this process that froze the garbage collector's view of start-up objects.
+_freezers = 0
+_freezers_lock = threading.Lock()
+
+
+def _freeze() -> bool:
+    """Move everything loaded so far (Celery, SQLAlchemy, kombu, the models: it lives as
+    long as Beat) out of the collector's full passes, which otherwise pause every thread,
+    the sender's too, for 0.1-0.2 s every few seconds under load. Once per process, and
+    not at all when the process froze objects itself; True: this Beat counts as one."""
+    global _freezers
+    with _freezers_lock:
+        if _freezers == 0:
+            if gc.get_freeze_count():
+                return False  # the host process manages its own freeze
+            gc.collect()
+            gc.freeze()
+        _freezers += 1
+        return True
+
+
+def _unfreeze() -> None:
+    """The last Beat that froze gives the objects back to the collector."""
+    global _freezers
+    with _freezers_lock:
+        _freezers -= 1
+        if _freezers == 0:
+            gc.unfreeze()

@@ -99,12 +99,23 @@ class Tick:
     _refusals: deque[dict[str, str]] = field(default_factory=deque)
     #: How many seconds before they are due this Beat decides fires (with a sender).
     _lead: float = 0.0
+    #: A run is under way (a close() now comes from a signal handler inside it).
+    _in_run: bool = False
 
     @property
     def models(self) -> Models:
         return self.database.models
 
     def run(self, max_interval: float) -> float:
+        """Do every kind of work that is due; the seconds until the next is due
+        (:meth:`_run`)."""
+        self._in_run = True
+        try:
+            return self._run(max_interval)
+        finally:
+            self._in_run = False
+
+    def _run(self, max_interval: float) -> float:
         """Do every kind of work that is due; the seconds until the next is due.
 
         A run woken early for a held send (:mod:`.held`) sends it and goes back to sleep
@@ -192,7 +203,8 @@ class Tick:
             self.send_held()
             return
         while self._refusals:
-            self._record_refused(self._refusals.popleft())
+            self._record_refused(self._refusals[0])  # taken once recorded
+            self._refusals.popleft()
         self.mark_held(self.clock())
 
     def start_sender(self) -> None:
@@ -262,9 +274,14 @@ class Tick:
                     extra={"action": "held_sender_busy_at_shutdown"},
                 )
             self._sender, self._lead = None, 0.0
-        while self._refusals:
-            self._record_refused(self._refusals.popleft())
+        if self._in_run:
+            # Celery's Beat closes its scheduler from its SIGTERM handler, here inside
+            # a run that may hold a write transaction (on SQLite, a lock this thread
+            # would wait 30 s for). Its Service closes it again once the run unwound.
+            return
         try:
+            while self._refusals:
+                self._record_refused(self._refusals.popleft())
             marking = self.held.to_mark(self.clock(), force=True)
             if marking:
                 mark_groups(self.database, marking)
@@ -478,10 +495,11 @@ class Tick:
                 self._refusals.append(published.refused)
             else:
                 self._record_refused(published.refused)
-        if self.metrics is not None:
+        metrics = self.metrics  # the sender thread's view: close() may clear it
+        if metrics is not None:
             now = self.clock()
             for fire in published.sent:
-                self.metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
+                metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
         return set(published.refused)
 
     def _record_refused(self, refused: dict[str, str]) -> None:

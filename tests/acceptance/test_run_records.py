@@ -120,17 +120,19 @@ def test_each_run_state_is_recorded_with_its_fields(
         wait_until(lambda: rows(client, task_id=doomed.id), what="the doomed run to start")
         worker.kill(signal.SIGKILL)
     scheduler = Scheduler(client)
-    [lost] = wait_until(
-        lambda: (
-            scheduler.tick(),
-            [r for r in rows(client, task_id=doomed.id) if r["state"] == "lost"],
-        )[1],
-        timeout=20,
-        what="lost",
-    )
+    try:
+        [lost] = wait_until(
+            lambda: (
+                scheduler.tick(),
+                [r for r in rows(client, task_id=doomed.id) if r["state"] == "lost"],
+            )[1],
+            timeout=20,
+            what="lost",
+        )
+    finally:
+        scheduler.close()  # its sending thread too, even when the wait fails
     assert lost["error_type"] == "WorkerLost"
     assert lost["finished_at"] is not None
-    scheduler.close()
 
 
 def test_a_plain_task_sent_by_gaffer_beat_is_recorded_with_its_fire(
@@ -144,12 +146,14 @@ def test_a_plain_task_sent_by_gaffer_beat_is_recorded_with_its_fire(
         procs.append(worker)
         worker.wait_for_log("ready.")
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not [
-            r for r in rows(client, schedule="plain") if r["state"] == "succeeded"
-        ]:
-            time.sleep(scheduler.tick())
+        try:
+            while time.monotonic() < deadline and not [
+                r for r in rows(client, schedule="plain") if r["state"] == "succeeded"
+            ]:
+                time.sleep(scheduler.tick())
+        finally:
+            scheduler.close()  # its sending thread too, even when a tick fails
     run = next(r for r in rows(client, schedule="plain") if r["state"] == "succeeded")
     assert run["task_name"] == "rproj.plain"
     assert run["key"].startswith("plain@")
     assert run["key"] == f"plain@{run['nominal_at']:%Y-%m-%dT%H:%M:%SZ}"
-    scheduler.close()

@@ -246,3 +246,45 @@ def test_stopping_from_inside_a_held_sends_method_does_not_wait_for_the_thread()
     other.start()
     assert other.stop(timeout=5.0)
     assert not other.alive
+
+
+def test_a_close_from_a_signal_handler_inside_a_tick_leaves_the_database_to_the_next(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Celery's Beat closes its scheduler from its SIGTERM handler, then raises
+    # SystemExit, and closes it again once the tick unwound. The first close, inside
+    # the tick (which may hold a write transaction: on SQLite, a lock it would wait
+    # 30 s for), only stops the thread; the second gives the held fire back.
+    beat, nominal = scheduled_ahead(app, "term")
+    tick = beat._tick_state
+    try:
+        tick_before(beat, nominal)
+        assert len(tick.held) == 1
+
+        def terminated() -> object:
+            beat.close()  # what Celery's SIGTERM handler does first
+            raise SystemExit
+
+        monkeypatch.setattr(tick, "probe", terminated)
+        with pytest.raises(SystemExit):
+            beat.tick()
+        assert tick._sender is None
+        assert len(tick.held) == 1  # not given back from inside the tick
+        assert fire_rows(app)["term"][:2] == ("pending", 1)
+    finally:
+        beat.close()  # what Celery's Service does once the tick unwound
+    assert fire_rows(app)["term"][:2] == ("pending", 0)
+    assert datetime.now(timezone.utc) < nominal
+
+
+def test_the_last_beat_to_close_gives_the_frozen_objects_back(app: Celery) -> None:
+    first, second = Scheduler(app), Scheduler(app)
+    try:
+        assert gc.get_freeze_count() > 0
+        first.close()
+        first.close()  # Celery may close twice: counted once
+        assert gc.get_freeze_count() > 0  # the second Beat still runs
+    finally:
+        first.close()
+        second.close()
+    assert gc.get_freeze_count() == 0
