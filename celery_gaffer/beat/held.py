@@ -166,6 +166,16 @@ class HeldSends:
             waits.append(max((send_at - now).total_seconds(), SEND_EVERY))
         return min(waits) if waits else None
 
+    def marking_in(self, now: datetime) -> float | None:
+        """Seconds until a marking is due, counting each held send as marked
+        :data:`MARK_EVERY` after it (None: nothing held or unmarked). For the tick,
+        when a thread sends; a send overdue still waits a marking's time (no spin)."""
+        send_at, mark_in = self.next_at(), self.mark_in()
+        if send_at is None:
+            return mark_in
+        sent_in = max((send_at - now).total_seconds(), 0.0) + MARK_EVERY
+        return sent_in if mark_in is None else min(mark_in, sent_in)
+
     def release(self) -> list[tuple[int, datetime, datetime]]:
         """Every held fire as ``(id, send_at, claimed_until)``, no longer held."""
         with self.changed:

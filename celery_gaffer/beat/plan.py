@@ -143,11 +143,7 @@ def usable_row(
     if len(parts) >= PART_CACHE:
         parts.clear()
     schedule_key = ("schedule", str(row.schedule))
-    rest_key = (
-        "rest", row.task, str(row.args), str(row.kwargs), str(row.options), row.catchup,
-        row.overlap, row.starting_deadline, row.grace, row.start_at, row.end_at,
-        row.max_runs, row.ping_url,
-    )  # fmt: skip
+    rest_key = ("rest", *stored_entry(row))
     schedule, rest = parts.get(schedule_key), parts.get(rest_key)
     if rest is not None and schedule is not None:
         spec = replace(rest, name=validate_name(row.name), schedule=schedule)
@@ -181,6 +177,16 @@ def usable_row(
     parts[schedule_key] = schedule
     parts[rest_key] = spec
     return spec, _payload(spec)
+
+
+def stored_entry(row: DueSchedule) -> tuple[Any, ...]:
+    """A row's stored entry but its name and schedule, as stored: what its payload and
+    policy are validated from (a cache key)."""
+    return (
+        row.task, str(row.args), str(row.kwargs), str(row.options), row.catchup,
+        row.overlap, row.starting_deadline, row.grace, row.start_at, row.end_at,
+        row.max_runs, row.ping_url,
+    )  # fmt: skip
 
 
 def _payload(spec: ScheduleSpec) -> Payload:

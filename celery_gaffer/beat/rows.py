@@ -13,7 +13,7 @@ from typing import Any
 from ..exceptions import GafferError
 from ..schedules.spec import ScheduleSpec
 from ..store.schedules import DueSchedule, Payload
-from .plan import usable_row
+from .plan import stored_entry, usable_row
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -42,22 +42,7 @@ class RowChecks:
         """
         if row.task not in tasks:
             raise GafferError(f"task: {row.task!r} is not registered with this Beat's app")
-        cache_key = (
-            row.id,
-            str(row.schedule),
-            row.task,
-            str(row.args),
-            str(row.kwargs),
-            str(row.options),
-            row.overlap,
-            row.catchup,
-            row.starting_deadline,
-            row.grace,
-            row.start_at,
-            row.end_at,
-            row.max_runs,
-            row.ping_url,
-        )
+        cache_key = (row.id, str(row.schedule), *stored_entry(row))
         usable = self._parsed.get(cache_key)
         if usable is None:
             usable = usable_row(row, self._parts)

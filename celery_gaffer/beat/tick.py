@@ -50,7 +50,7 @@ from ..store.schedules import DueSchedule, Payload, Probe
 from .alerts import send_due
 from .catchup import decide
 from .health import announce, check_due
-from .held import CLAIM_AHEAD, HOLD_AHEAD, MARK_EVERY, HeldSends, Sender
+from .held import CLAIM_AHEAD, HOLD_AHEAD, HeldSends, Sender
 from .metrics import Metrics
 from .plan import RowPlan, log_decision, plan_row, recount
 from .publisher import mark, mark_groups, send
@@ -177,15 +177,7 @@ class Tick:
         """``delay``, or less when a held send or a marking is due sooner. With a sender
         thread, only markings: due :data:`.MARK_EVERY` after a send at the latest."""
         now = self.clock()
-        if self._sender is None:
-            held_in = self.held.wait_in(now)
-        else:
-            held_in = self.held.mark_in()
-            send_at = self.held.next_at()
-            if send_at is not None:
-                # A send overdue (the thread backing off) must not make this 0: a spin.
-                sent_in = max((send_at - now).total_seconds(), 0.0) + MARK_EVERY
-                held_in = sent_in if held_in is None else min(held_in, sent_in)
+        held_in = self.held.wait_in(now) if self._sender is None else self.held.marking_in(now)
         if held_in is not None:
             delay = min(delay, held_in)
         return max(0.0, delay)
@@ -202,9 +194,7 @@ class Tick:
         if self._sender is None:
             self.send_held()
             return
-        while self._refusals:
-            self._record_refused(self._refusals[0])  # taken once recorded
-            self._refusals.popleft()
+        self._record_refusals()
         self.mark_held(self.clock())
 
     def start_sender(self) -> None:
@@ -280,8 +270,7 @@ class Tick:
             # would wait 30 s for). Its Service closes it again once the run unwound.
             return
         try:
-            while self._refusals:
-                self._record_refused(self._refusals.popleft())
+            self._record_refusals()
             marking = self.held.to_mark(self.clock(), force=True)
             if marking:
                 mark_groups(self.database, marking)
@@ -501,6 +490,12 @@ class Tick:
             for fire in published.sent:
                 metrics.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
         return set(published.refused)
+
+    def _record_refusals(self) -> None:
+        """Record the refusals the sender thread queued (each taken once recorded)."""
+        while self._refusals:
+            self._record_refused(self._refusals[0])
+            self._refusals.popleft()
 
     def _record_refused(self, refused: dict[str, str]) -> None:
         """Put the schedules whose payload the broker refused in error."""
