@@ -141,7 +141,9 @@ def api(port: int, path: str) -> Any:
         return json.loads(response.read().decode())
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = 60.0, seen: Callable[[], str] = str
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -151,7 +153,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
         if found:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
+            raise AssertionError(f"{what}: not within {timeout}s{seen()}")
         time.sleep(0.2)
 
 
@@ -243,12 +245,35 @@ def test_flower_shows_gaffer_outcomes_and_progress(
         info = task(port, task_id)
         return info if info["state"] == state else None
 
+    def holds_lease(task_id: str) -> bool:
+        with engine.connect() as conn:
+            owner = conn.execute(
+                text("SELECT owner FROM gaffer_leases WHERE name = :name"),
+                {"name": "overlap:task:fproj.report"},
+            ).scalar()
+        return owner is not None and f":{task_id}:" in owner
+
     with celery_processes() as procs, flower(tmp_path, "fproj", env) as port:
         worker = CeleryProcess(
             tmp_path, "fproj", ["worker", "-E", "-c", "3", "-Q", queue, "--loglevel=INFO"], "w"
         )
         procs.append(worker)
         worker.wait_for_log("ready.")
+
+        def seen(task_id: str) -> Callable[[], str]:
+            def describe() -> str:
+                try:
+                    info = task(port, task_id)
+                except (urllib.error.URLError, ConnectionError, json.JSONDecodeError) as exc:
+                    info = {"error": repr(exc)}
+                flower_log = (tmp_path / "flower.log").read_text(errors="replace")
+                return (
+                    f"\nFlower has {info}\nworker log:\n{worker.log()[-4000:]}"
+                    f"\nFlower log:\n{flower_log[-2000:]}"
+                )
+
+            return describe
+
         wait_for("Flower sees the worker", lambda: api(port, "/api/workers?refresh=1"))
 
         first = send("fproj.settle", 11)
@@ -257,6 +282,9 @@ def test_flower_shows_gaffer_outcomes_and_progress(
         release = tmp_path / "release"
         long_report = send("fproj.report", str(release))
         wait_for("the report runs", lambda: task(port, long_report).get("started"))
+        # Flower's "started" comes from the worker's main process before the run takes
+        # its overlap lease; the second report must start after that.
+        wait_for("the report holds its lease", lambda: holds_lease(long_report))
         skipped_report = send("fproj.report", "")
         batches = send("fproj.reconcile")
         stolen = send("fproj.stolen")
@@ -270,20 +298,24 @@ def test_flower_shows_gaffer_outcomes_and_progress(
         assert "cursor " in progress
         assert "batches " in progress
 
-        duplicate = wait_for("duplicate", lambda: ended(port, second, "DUPLICATE"))
+        duplicate = wait_for(
+            "duplicate", lambda: ended(port, second, "DUPLICATE"), seen=seen(second)
+        )
         assert duplicate["result"] == (
             "duplicate: key invoice.settled:11 was completed by an earlier run"
         )
-        skipped = wait_for("skip", lambda: ended(port, skipped_report, "SKIPPED"))
+        skipped = wait_for(
+            "skip", lambda: ended(port, skipped_report, "SKIPPED"), seen=seen(skipped_report)
+        )
         release.touch()
         assert skipped["result"] == (
             "skipped: overlap=forbid: lease overlap:task:fproj.report is held by another live run"
         )
-        lost = wait_for("fence lost", lambda: ended(port, stolen, "FAILURE"))
+        lost = wait_for("fence lost", lambda: ended(port, stolen, "FAILURE"), seen=seen(stolen))
         assert "FenceLost" in lost["exception"]
         assert "'stolen'" in lost["exception"]
-        wait_for("batches end", lambda: ended(port, batches, "SUCCESS"))
-        wait_for("report ends", lambda: ended(port, long_report, "SUCCESS"))
+        wait_for("batches end", lambda: ended(port, batches, "SUCCESS"), seen=seen(batches))
+        wait_for("report ends", lambda: ended(port, long_report, "SUCCESS"), seen=seen(long_report))
         listed = api(port, "/api/tasks")
         assert listed[second]["state"] == "DUPLICATE"
         assert listed[skipped_report]["state"] == "SKIPPED"
