@@ -100,12 +100,12 @@ def make_app(url: str) -> Any:
     return app
 
 
-def run_cleanup(url: str, queue: Any) -> None:
+def run_cleanup(url: str, queue: Any, options: dict[str, Any]) -> None:
     from celery_gaffer.store import database_for
     from celery_gaffer.store.retention import cleanup
 
     started = time.perf_counter()
-    report = cleanup(database_for(make_app(url)), datetime.now(UTC))
+    report = cleanup(database_for(make_app(url)), datetime.now(UTC), **options)
     queue.put((time.perf_counter() - started, report.runs, report.fires))
 
 
@@ -130,7 +130,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--batch", type=int, help="cleanup(batch=...): default, the library's")
     args = parser.parse_args(argv)
+    options = {} if args.batch is None else {"batch": args.batch}
     dbname = new_database_name("cleanup")
     create_database(dbname)
     url = pg_sqlalchemy_url(dbname)
@@ -151,7 +153,9 @@ def main(argv: list[str]) -> int:
         ticks_for(scheduler, 5)  # warm-up
         baseline = ticks_for(scheduler, args.seconds)
         queue: Any = multiprocessing.get_context("spawn").Queue()
-        worker = multiprocessing.get_context("spawn").Process(target=run_cleanup, args=(url, queue))
+        worker = multiprocessing.get_context("spawn").Process(
+            target=run_cleanup, args=(url, queue, options)
+        )
         worker.start()
         during = ticks_for(scheduler, 0, until=worker.is_alive)
         worker.join()

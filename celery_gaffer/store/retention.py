@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
+from ..exceptions import GafferError
 from ..protocol import FireState, RunState
 from .alerts import expired_conditions
 from .database import Database
@@ -28,9 +29,12 @@ def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> Cleanup
     """Delete what is older than ``gaffer_run_retention`` / ``_ledger_`` / ``_key_retention``
     (alerts sent or given up: as old as the ledger's retention).
 
-    Each batch is its own short transaction, so a large backlog never holds long locks.
-    Pending fires are kept whatever their age (they are still to be published).
+    Each batch is one statement in its own short transaction, so a large backlog never
+    holds long locks. Pending fires are kept whatever their age (they are still to be
+    published).
     """
+    if batch < 1:
+        raise GafferError(f"batch: must be a positive number of rows, got {batch!r}", field="batch")
     settings = database.settings
     models = database.models
     runs, fires, keys, alerts = (
@@ -75,13 +79,13 @@ def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> Cleanup
 def _delete_in_batches(
     database: Database, table: Any, key_column: Any, conditions: Any, batch: int
 ) -> int:
+    """Delete the matching rows, ``batch`` at a time: one ``DELETE ... WHERE key IN
+    (SELECT key ... LIMIT batch)`` each (the keys never travel to the client)."""
     deleted = 0
+    chosen = select(key_column).where(*conditions).limit(batch)
     while True:
         with database.begin() as conn:
-            ids = conn.execute(select(key_column).where(*conditions).limit(batch)).scalars().all()
-            if not ids:
-                return deleted
-            conn.execute(delete(table).where(key_column.in_(ids)))
-        deleted += len(ids)
-        if len(ids) < batch:
+            count = conn.execute(delete(table).where(key_column.in_(chosen))).rowcount
+        deleted += count
+        if count < batch:
             return deleted
