@@ -595,6 +595,8 @@ def report(
             met = p99 is not None and p99 < TARGET_P99_MS
             ok = ok and met
             print(f"  [{'MET ' if met else 'MISS'}] jitter {jitter:g}: p99 {_fmt(p99)} ms")
+        elif jitter > 0:
+            print(f"  [info] jitter {jitter:g} (spread over part of a second): p99 {_fmt(p99)} ms")
         else:
             print(
                 f"  [info] jitter {jitter:g} (one burst of {args.rate:,} a second): p99"
