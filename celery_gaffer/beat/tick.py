@@ -107,8 +107,7 @@ class Tick:
         return self.database.models
 
     def run(self, max_interval: float) -> float:
-        """Do every kind of work that is due; the seconds until the next is due
-        (:meth:`_run`)."""
+        """:meth:`_run`, marked as under way for :meth:`close`."""
         self._in_run = True
         try:
             return self._run(max_interval)

@@ -21,11 +21,18 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 OLD = NOW - timedelta(days=31)
 
 
-@pytest.fixture
-def database(database_url: str) -> Iterator[Any]:
-    with noop_app("retention", database_url) as app:
+@contextmanager
+def migrated(url: str) -> Iterator[Any]:
+    """The Gaffer database of an app on ``url``, its tables created."""
+    with noop_app("retention", url) as app:
         database = database_for(app)
         database.migrate()
+        yield database
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Any]:
+    with migrated(database_url) as database:
         yield database
 
 
@@ -133,9 +140,7 @@ def test_two_cleanups_at_once_delete_every_old_row_once(postgres_url: str) -> No
     early, but not both: together they delete every old row, each once."""
     import threading
 
-    with noop_app("retention", postgres_url) as app:
-        database = database_for(app)
-        database.migrate()
+    with migrated(postgres_url) as database:
         add_runs(database, *[("succeeded", OLD)] * 60, ("succeeded", NOW))
         reports: list[int] = []
         start = threading.Barrier(2)
