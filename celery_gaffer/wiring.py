@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import signals
 
-from .runs import recorder
+from .runs import endings, recorder
 from .runtime import runtime
 from .settings import settings_for
 
@@ -33,6 +33,10 @@ def install(app: Any) -> None:
         _reset_after_fork, weak=False, dispatch_uid="celery_gaffer.dispose_engines"
     )
     recorder.connect(app)
+    # Run ends still queued (runs.endings) are written before a worker or its pool
+    # process exits.
+    for shutdown in (signals.worker_process_shutdown, signals.worker_shutdown):
+        shutdown.connect(endings.flush, weak=False, dispatch_uid="celery_gaffer.flush_run_ends")
     _installed[id(app)] = app
     logger.debug(
         "celery-gaffer installed on %s (database %s)",

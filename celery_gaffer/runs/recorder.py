@@ -5,7 +5,8 @@ app), each with a ``dispatch_uid``. A row is written for every delivery of a Gaf
 and of a task sent by the Gaffer scheduler (its message carries ``gaffer_*`` headers):
 ``running`` at ``task_prerun``, its final state at ``task_postrun`` (``succeeded``,
 ``failed``, ``retrying``, or the ``duplicate`` / ``skipped`` / ``fence_lost`` outcome the
-run set), ``revoked`` from ``task_revoked``. While a run is ``running`` a heartbeat keeps
+run set; in a worker, usually written a moment later by :mod:`.endings`' thread),
+``revoked`` from ``task_revoked``. While a run is ``running`` a heartbeat keeps
 its ``updated_at`` fresh; Beat marks a row whose heartbeat stopped ``lost``. A failure to
 write a row is logged with the run's id and never breaks the task.
 """
@@ -29,6 +30,7 @@ from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
 from ..store.database import driver_reason
 from .delivery import Delivery, DeliveryPolicy
+from .endings import end_writer
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
 from .pings import END_EVENTS, ping
@@ -209,7 +211,6 @@ class Recorder:
         if delivery is None or delivery.row_id is None:
             return
         row_id = delivery.row_id
-        heartbeat_for(self.app).discard(row_id)
         outcome = delivery.outcome or _CELERY_STATES.get(state or "", RunState.FAILED)
         now = datetime.now(timezone.utc)
         started = delivery.started_at or now
@@ -254,13 +255,28 @@ class Recorder:
                     )
                 return held
 
-        try:
-            # A stale connection fails on the first statement: nothing was written yet.
-            held = once_more_if_stale(lambda: end(held))
-        except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
-            _record_failed("end", task_id, exc)
-        finally:
-            release_quietly(held)
+        def write() -> None:
+            left = held
+            try:
+                # A stale connection fails on the first statement: nothing was written yet.
+                left = once_more_if_stale(lambda: end(held))
+            except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
+                _record_failed("end", task_id, exc)
+            finally:
+                # Kept fresh until its end is written: a queued end is not a lost run.
+                heartbeat_for(self.app).discard(row_id)
+                release_quietly(left)
+
+        request = task.request
+        waited_on = (
+            held  # the end record frees them: the next run may need them now
+            or outcome == RunState.RETRYING  # its fire is reopened: checked again
+            or request.called_directly
+            or request.is_eager
+        )
+        writer = end_writer()
+        if waited_on or not writer.submit(write):
+            writer.write_in_order(write)
         if outcome in END_EVENTS:
             ping(headers.ping, END_EVENTS[outcome], task_id)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,44 @@ def test_a_plain_task_sent_by_gaffer_beat_is_recorded_with_its_fire(
     assert run["task_name"] == "rproj.plain"
     assert run["key"].startswith("plain@")
     assert run["key"] == f"plain@{run['nominal_at']:%Y-%m-%dT%H:%M:%SZ}"
+
+
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
+def test_a_run_end_the_database_holds_up_does_not_hold_the_worker_and_is_written_before_exit(
+    tmp_path: Path, postgres_url: str, redis_url: str, client: Celery, pool: str
+) -> None:
+    """The end record is written beside the worker: while the database makes it wait
+    (the test holds the run's row lock), the worker goes on to its next task; a warm
+    shutdown then waits for it, and exits only once it is written."""
+    module = write_runs_project(tmp_path, redis_url, postgres_url)
+    database = database_for(client)
+    table = database.models.JobRun.__table__  # type: ignore[attr-defined]
+    with celery_processes() as procs:
+        worker = CeleryProcess(
+            tmp_path,
+            module,
+            ["worker", f"--pool={pool}", "-c", "1", "-n", f"{pool}@%h", "--loglevel=INFO"],
+            pool,
+        )
+        procs.append(worker)
+        worker.wait_for_log("ready.")
+        slow = client.send_task("rproj.sleepy", args=[1.5])
+        [started] = wait_until(lambda: rows(client, task_id=slow.id), what="the slow run")
+        with database.begin() as conn:
+            # The row is locked until this block ends: the run's end record waits.
+            conn.execute(select(table.c.id).where(table.c.id == started["id"]).with_for_update())
+            after = client.send_task("rproj.ok", args=[3])
+            # The next task started (its start record is written in the worker's own
+            # thread): the worker was not held by the waiting end record.
+            wait_until(lambda: rows(client, task_id=after.id), timeout=30, what="the next run")
+            assert rows(client, task_id=slow.id)[0]["state"] == "running"
+            worker.kill(signal.SIGTERM)  # a warm shutdown: the queued ends are written first
+            time.sleep(2)
+            assert worker.process.poll() is None, worker.log()[-3000:]
+        worker.process.wait(30)
+        assert worker.process.returncode == 0, worker.log()[-3000:]
+    [slow_end] = rows(client, task_id=slow.id)
+    assert slow_end["state"] == "succeeded"
+    assert slow_end["finished_at"] - slow_end["started_at"] < timedelta(seconds=3)
+    [after_end] = rows(client, task_id=after.id)
+    assert after_end["state"] == "succeeded"
