@@ -526,3 +526,52 @@ def test_run_records_survive_a_database_restart_that_left_every_pooled_connectio
     assert run_states(app, "t.survive") == ["succeeded", "succeeded"]
     assert not [r for r in caplog.records if getattr(r, "action", None) == "run_record_failed"]
     app.close()
+
+
+def test_a_workers_run_end_goes_to_the_writer_thread_unless_something_waits_on_it(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Traced as a worker traces a delivery (not eager): the end of a run that holds no
+    lease is queued; an eager run's, and on PostgreSQL that of a run whose end record
+    frees its overlap lease, are written before the task returns."""
+    from celery.app.trace import build_tracer
+
+    from celery_gaffer.runs import endings
+
+    queued: list[str] = []
+    submit = endings.EndWriter.submit
+
+    def spy(self: endings.EndWriter, write: Any) -> bool:
+        queued.append(current[0])
+        return submit(self, write)
+
+    monkeypatch.setattr(endings.EndWriter, "submit", spy)
+    current = [""]
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.keyed", gaffer_key="k:{n}")
+    def keyed(self: GafferTask, n: int) -> None:
+        with self.session() as s:
+            s.add(Effect(label=f"keyed {n}"))
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.held", gaffer_overlap="forbid")
+    def held(self: GafferTask) -> None:
+        with self.session() as s:
+            s.add(Effect(label="held"))
+
+    def delivered(task: Any, *args: Any) -> None:
+        current[0] = task.name
+        tracer = build_tracer(task.name, task, app=app, eager=False)
+        task_id = f"{task.name}-{len(queued)}-{time.monotonic_ns()}"
+        tracer(task_id, args, {}, {"id": task_id, "delivery_info": {}})
+
+    delivered(keyed, 1)
+    delivered(held)
+    current[0] = "eager"
+    keyed.apply((2,))
+    endings.end_writer().write_in_order(lambda: None)  # the queued ends are written
+    if database_for(app).dialect == "postgresql":
+        assert queued == ["t.keyed"]  # its end record frees the lease: not queued
+    else:
+        assert queued == ["t.keyed", "t.held"]  # SQLite: the run freed its lease itself
+    assert run_states(app, "t.keyed") == ["succeeded", "succeeded"]
+    assert run_states(app, "t.held") == ["succeeded"]
