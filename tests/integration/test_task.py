@@ -533,7 +533,8 @@ def test_a_workers_run_end_goes_to_the_writer_thread_unless_something_waits_on_i
 ) -> None:
     """Traced as a worker traces a delivery (not eager): the end of a run that holds no
     lease is queued; an eager run's, and on PostgreSQL that of a run whose end record
-    frees its overlap lease, are written before the task returns."""
+    frees its overlap lease, are written before the task returns. The writer's thread
+    is held up meanwhile, so an end that went to it is still ``running`` after."""
     from celery.app.trace import build_tracer
 
     from celery_gaffer.runs import endings
@@ -547,6 +548,7 @@ def test_a_workers_run_end_goes_to_the_writer_thread_unless_something_waits_on_i
 
     monkeypatch.setattr(endings.EndWriter, "submit", spy)
     current = [""]
+    writer = endings.end_writer()
 
     @app.task(base=GafferTask, bind=True, shared=False, name="t.keyed", gaffer_key="k:{n}")
     def keyed(self: GafferTask, n: int) -> None:
@@ -561,17 +563,28 @@ def test_a_workers_run_end_goes_to_the_writer_thread_unless_something_waits_on_i
     def delivered(task: Any, *args: Any) -> None:
         current[0] = task.name
         tracer = build_tracer(task.name, task, app=app, eager=False)
-        task_id = f"{task.name}-{len(queued)}-{time.monotonic_ns()}"
+        task_id = f"{task.name}-{time.monotonic_ns()}"
         tracer(task_id, args, {}, {"id": task_id, "delivery_info": {}})
 
+    def hold_up_the_writer() -> None:
+        gate = threading.Event()
+        writer.submit(lambda: gate.wait(30))
+        threading.Timer(5.0, gate.set).start()
+
     delivered(keyed, 1)
+    assert queued == ["t.keyed"]  # its end went to the thread
+
+    hold_up_the_writer()
     delivered(held)
-    current[0] = "eager"
-    keyed.apply((2,))
-    endings.end_writer().write_in_order(lambda: None)  # the queued ends are written
     if database_for(app).dialect == "postgresql":
-        assert queued == ["t.keyed"]  # its end record frees the lease: not queued
+        assert run_states(app, "t.held") == ["succeeded"]  # its end record frees the lease
     else:
-        assert queued == ["t.keyed", "t.held"]  # SQLite: the run freed its lease itself
+        assert run_states(app, "t.held") == ["running"]  # SQLite: the run freed it itself
+
+    hold_up_the_writer()
+    keyed.apply((2,))
+    assert run_states(app, "t.keyed")[-1] == "succeeded"  # eager: written before it returned
+
+    writer.write_in_order(lambda: None)  # the queued ends are written
     assert run_states(app, "t.keyed") == ["succeeded", "succeeded"]
     assert run_states(app, "t.held") == ["succeeded"]
