@@ -29,6 +29,9 @@ app.conf.broker_transport_options = {{
     "visibility_timeout": 8,
     "unacked_restore_interval": 1,
     "unacked_restore_throttle": 1,
+    # kombu's restore takes a Redis lock for up to this long; a worker killed while it
+    # holds it (300 s by default) would delay every redelivery past the tests' waits.
+    "unacked_mutex_expire": 5,
 }}
 celery_gaffer.install(app)
 
