@@ -186,6 +186,13 @@ def test_a_batch_run_killed_half_way_resumes_and_handles_every_row_once(
             timeout=240,
             what="the resumed run",
         )
+        # Every delivery after the killed one has its end written (a worker writes a
+        # run's end a moment after the task returns) before the workers are stopped.
+        wait_until(
+            lambda: "running" not in run_states(client, "tproj.batch")[1:],
+            timeout=60,
+            what="the ends of the later deliveries",
+        )
     with engine.connect() as conn:
         counts = dict(
             conn.execute(text("SELECT handled, COUNT(*) FROM test_items GROUP BY handled")).all()
