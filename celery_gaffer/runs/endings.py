@@ -14,10 +14,10 @@ already committed, so a redelivery is a ``duplicate``. Ends still queued when th
 worker shuts down are written first, for up to :data:`CLOSE_TIMEOUT` seconds
 (``worker_process_shutdown`` / ``worker_shutdown``, connected by
 :func:`celery_gaffer.install`, and at exit for a cold shutdown). The run's heartbeat
-goes on until its end is written: a queued end is not a lost run. An end that something
-waits on (below) is written after the ends queued before it, in the task's thread.
+goes on until its end is written: a queued end is not a lost run.
 
-An end is written in the task's own thread when something waits on it: a run
+An end is written in the task's own thread, after the ends queued before it
+(:meth:`EndWriter.write_in_order`), when something waits on it: a run
 in the caller's process (eager or direct), a run that still holds leases (the end
 record frees them, and the next run may need them now), a retry (its fire is checked
 again), or when the queue is full (:data:`MAX_QUEUED`: the database is slower than the
