@@ -25,6 +25,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
@@ -149,7 +150,11 @@ class CursorRow:
 
 
 class JobRunRow:
-    """One delivery of a Gaffer task or a Gaffer-scheduled task (``gaffer_job_runs``)."""
+    """One delivery of a Gaffer task or a Gaffer-scheduled task (``gaffer_job_runs``).
+
+    On PostgreSQL the table is partitioned by week of ``created_at``, and the ledger by
+    week of ``nominal_at`` (their primary keys include that column there).
+    """
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     task_id: Mapped[str] = mapped_column(String(255), index=True)
@@ -171,6 +176,9 @@ class JobRunRow:
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # When the row was written, by the database's clock: the week partition it is in on
+    # PostgreSQL (see store/partitions.py).
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:
