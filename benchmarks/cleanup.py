@@ -161,8 +161,9 @@ def main(argv: list[str]) -> int:
             # As in a database some months after its migration: every week has its
             # partition (the fires go back one second per row, the runs one ms).
             oldest = datetime.now(UTC) - timedelta(days=41, seconds=args.rows)
+            now, interval = datetime.now(UTC), database.partition_interval
             with database.begin() as conn:
-                partitions.ensure(conn, database.models, datetime.now(UTC), since=oldest)
+                partitions.ensure(conn, database.models, now, interval, since=oldest)
         began = time.perf_counter()
         fill(dbname, args.rows)
         print(f"filled {args.rows:,} old runs and fires in {time.perf_counter() - began:.0f} s")

@@ -39,6 +39,8 @@ class GafferSettings:
     run_retention: float = 30 * 86400.0
     ledger_retention: float = 30 * 86400.0
     key_retention: float = 30 * 86400.0
+    #: The period of one partition of the ledger and the run records (PostgreSQL).
+    partition_interval: float = 7 * 86400.0
     alert_webhook_url: str | None = None
 
     @classmethod
@@ -59,6 +61,9 @@ class GafferSettings:
             run_retention=_seconds(conf, "gaffer_run_retention", 30 * 86400.0, minimum=60.0),
             ledger_retention=_seconds(conf, "gaffer_ledger_retention", 30 * 86400.0, minimum=60.0),
             key_retention=_seconds(conf, "gaffer_key_retention", 30 * 86400.0, minimum=60.0),
+            partition_interval=_seconds(
+                conf, "gaffer_partition_interval", 7 * 86400.0, minimum=3600.0
+            ),
             alert_webhook_url=_webhook_url(conf.get("gaffer_alert_webhook_url")),
         )
 

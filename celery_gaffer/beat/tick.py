@@ -52,11 +52,11 @@ from .catchup import decide
 from .health import announce, check_due
 from .held import CLAIM_AHEAD, HOLD_AHEAD, HeldSends, Sender
 from .metrics import Metrics
+from .partition_keeper import PartitionKeeper
 from .plan import RowPlan, log_decision, plan_row, recount
 from .publisher import mark, mark_groups, send
 from .redelivery import claim_unconfirmed
 from .rows import RowChecks
-from .weeks import Weeks
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -102,11 +102,11 @@ class Tick:
     _lead: float = 0.0
     #: A run is under way (a close() now comes from a signal handler inside it).
     _in_run: bool = False
-    #: Makes the weekly partitions ahead (PostgreSQL).
-    weeks: Weeks = field(init=False)
+    #: Makes the time partitions ahead (PostgreSQL).
+    partitions: PartitionKeeper = field(init=False)
 
     def __post_init__(self) -> None:
-        self.weeks = Weeks(self.database)
+        self.partitions = PartitionKeeper(self.database)
 
     @property
     def models(self) -> Models:
@@ -137,7 +137,7 @@ class Tick:
             self._db_at = None
         settings = self.database.settings
         now = self.clock()
-        self.weeks.keep(now)
+        self.partitions.keep(now)
         current = self.probe()
         lead = timedelta(seconds=self._lead)
         fires, checks, pending, confirms = current.due(now, lead)

@@ -23,6 +23,7 @@ from sqlalchemy.exc import OperationalError
 from ..exceptions import FenceLost, LeaseHeld
 from ..store import Database
 from ..store import leases as lease_rows
+from ..store.database import is_lock_timeout
 
 
 class Lease:
@@ -155,8 +156,3 @@ class LeaseClient:
                     return
         with self.database.leases() as conn:
             lease_rows.release(conn, models, lease.name, lease.token, lease.owner)
-
-
-def is_lock_timeout(exc: OperationalError) -> bool:
-    code = getattr(exc.orig, "sqlstate", None)
-    return code == "55P03" or "lock timeout" in str(exc.orig).lower()

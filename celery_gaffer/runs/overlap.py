@@ -27,9 +27,10 @@ from sqlalchemy.exc import OperationalError
 
 from ..exceptions import GafferError, one_line
 from ..fencing.context import new_owner
-from ..fencing.leases import Lease, LeaseClient, is_lock_timeout
+from ..fencing.leases import Lease, LeaseClient
 from ..protocol import Overlap
 from ..store import Database, fastpath
+from ..store.database import is_lock_timeout
 from ..store.runs import finish_statement, start_statement
 from .delivery import Delivery, DeliveryPolicy, Taken
 

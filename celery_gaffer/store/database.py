@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,11 @@ class Database:
     @property
     def dialect(self) -> str:
         return self.settings.database_url.get_backend_name()
+
+    @property
+    def partition_interval(self) -> timedelta:
+        """The period of one partition of the ledger and the run records (PostgreSQL)."""
+        return timedelta(seconds=self.settings.partition_interval)
 
     def session(self) -> Session:
         """A new ORM session (its transactions are ``BEGIN IMMEDIATE`` on SQLite)."""
@@ -100,7 +106,13 @@ class Database:
         after. DatabaseNotReady for a revision this version does not know."""
         with _unavailable_as_gaffer_error(self):
             try:
-                return migrate(self.engine, self.settings.table_prefix, to)
+                settings = self.settings
+                return migrate(
+                    self.engine,
+                    settings.table_prefix,
+                    to,
+                    partition_interval=settings.partition_interval,
+                )
             except ValueError as exc:
                 raise DatabaseNotReady(
                     f"cannot migrate the Gaffer database at {self.settings.masked_url}: "
@@ -178,6 +190,13 @@ _PERMANENT_TEXT = (
     "readonly database",
     "unable to open database file",
 )
+
+
+def is_lock_timeout(exc: OperationalError) -> bool:
+    """Whether a statement ended because it waited for a lock longer than its
+    ``lock_timeout`` (PostgreSQL's 55P03)."""
+    code = getattr(exc.orig, "sqlstate", None)
+    return code == "55P03" or "lock timeout" in str(exc.orig).lower()
 
 
 def is_permanent(exc: BaseException) -> bool:

@@ -14,12 +14,17 @@ from .models import models_for
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
-def alembic_config(connection: Connection, prefix: str) -> Config:
-    """An Alembic config bound to ``connection`` for the tables of ``prefix``."""
+def alembic_config(
+    connection: Connection, prefix: str, partition_interval: float | None = None
+) -> Config:
+    """An Alembic config bound to ``connection`` for the tables of ``prefix`` (and the
+    period of the partitions a migration makes, in seconds; default a week)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["connection"] = connection
     config.attributes["table_prefix"] = prefix
+    if partition_interval is not None:
+        config.attributes["partition_interval"] = partition_interval
     return config
 
 
@@ -50,9 +55,12 @@ def known_revisions() -> set[str]:
     return {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
 
 
-def migrate(engine: Engine, prefix: str, to: str = "head") -> tuple[str | None, str | None]:
+def migrate(
+    engine: Engine, prefix: str, to: str = "head", *, partition_interval: float | None = None
+) -> tuple[str | None, str | None]:
     """Upgrade (or downgrade) to revision ``to`` (default: the newest; ``base``: no
     tables); a second call changes nothing. Returns the revision before and after.
+    ``partition_interval``: ``gaffer_partition_interval``, for the partitions made.
 
     Raises ValueError for a revision this version does not know, on either side.
     """
@@ -68,7 +76,7 @@ def migrate(engine: Engine, prefix: str, to: str = "head") -> tuple[str | None, 
         )
     target = head_revision() if to == "head" else to
     with engine.connect() as connection:
-        config = alembic_config(connection, prefix)
+        config = alembic_config(connection, prefix, partition_interval)
         if target == "base" or (before is not None and _is_older(target, before)):
             command.downgrade(config, target)
         else:

@@ -1,22 +1,26 @@
-"""Weekly partitions of the ledger and of the run records on PostgreSQL.
+"""Time partitions of the ledger and of the run records on PostgreSQL.
 
 On PostgreSQL (since migration 0004) ``{prefix}fires`` is partitioned by range of
 ``nominal_at`` and ``{prefix}job_runs`` by range of ``created_at``, so that retention can
-drop a week of old rows as one catalogue change instead of deleting them row by row
-(which writes every row to the WAL, and leaves the dead rows to autovacuum). Each table
-has:
+drop a period of old rows as one catalogue change instead of deleting them row by row
+(which writes every row to the WAL, and leaves the dead rows to autovacuum). A period
+is ``gaffer_partition_interval`` long (a week by default; periods start at multiples of
+it from Monday 1970-01-05 00:00 UTC, so a week starts on a Monday and a day at
+midnight). Each table has:
 
-* ``{table}_pYYYYMMDD``: the rows of one week, from Monday 00:00 UTC;
+* ``{table}_pYYYYMMDD`` (``_pYYYYMMDDHHMM`` for periods shorter than a day): the rows
+  of one period;
 * ``{table}_history``: the rows from before the migration, if there were any;
-* ``{table}_default``: a row no week covers (its week was not made in time); moved into
-  its week when that week is made.
+* ``{table}_default``: a row no period covers (its period was not made in time); moved
+  into its period when that is made.
 
-:func:`ensure` makes the weeks up to :data:`AHEAD` ahead: ``gaffer migrate``, Beat (at
-start, then whenever the last week is nearer than that) and ``gaffer cleanup`` call it.
-:func:`drop_if_expired` drops a partition only when the batched ``DELETE`` of
-:mod:`.retention` would delete every row in it, checked under the lock that drops it;
-rows to keep (a pending fire, a running or recent run) keep their partition, and its old
-rows are deleted in batches. Which rows go is the same either way.
+:func:`ensure` makes the periods up to :func:`ahead` of now: ``gaffer migrate``, Beat (at
+start, then whenever less than half of that is left) and ``gaffer cleanup`` call it. A
+new interval applies to the periods made from then on. :func:`drop_if_expired` drops a
+partition only when the batched ``DELETE`` of :mod:`.retention` would delete every row
+in it, checked under the lock that drops it; rows to keep (a pending fire, a running or
+recent run) keep their partition, and its old rows are deleted in batches. Which rows go
+is the same either way.
 
 Partition bounds are DDL, which takes no bound parameters: they are rendered from
 datetimes this module computes, never from input.
@@ -39,28 +43,31 @@ from sqlalchemy import (
     column,
     delete,
     exists,
+    false,
     func,
     insert,
+    or_,
     select,
     table,
     text,
 )
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
+from .database import is_lock_timeout
 from .models import Models, table_of
 
 logger = logging.getLogger("celery_gaffer.store")
 
 WEEK = timedelta(days=7)
-#: How far ahead of now the weekly partitions are made.
-AHEAD = 2 * WEEK
-#: A Monday, 00:00 UTC: weeks start here.
+#: The default period (``gaffer_partition_interval``).
+DEFAULT_INTERVAL = WEEK
+#: A Monday, 00:00 UTC: periods start at multiples of the interval from here.
 _MONDAY = datetime(1970, 1, 5, tzinfo=timezone.utc)
 #: Most one drop waits for its table's lock per try (a query waiting behind it waits
 #: as long), and how many times it tries before leaving the partition to DELETE.
 DROP_LOCK_TIMEOUT_MS = 50
 DROP_TRIES = 40
-#: Most a new week waits for the default partition's lock before it is left for later.
+#: Most a new period waits for the default partition's lock before it is left for later.
 ENSURE_LOCK_TIMEOUT_MS = 2000
 
 
@@ -98,22 +105,30 @@ def partitioned(models: Models) -> tuple[Partitioned, Partitioned]:
     )
 
 
-def week_start(at: datetime) -> datetime:
-    """The Monday 00:00 UTC at or before ``at``."""
-    return _MONDAY + WEEK * ((at - _MONDAY) // WEEK)
+def ahead(interval: timedelta) -> timedelta:
+    """How far ahead of now the periods are made: two of them, and at least six hours."""
+    return max(2 * interval, timedelta(hours=6))
 
 
-def week_name(parent: str, start: datetime) -> str:
+def period_start(at: datetime, interval: timedelta) -> datetime:
+    """The start of the period that holds ``at``."""
+    return _MONDAY + interval * ((at - _MONDAY) // interval)
+
+
+def period_name(parent: str, start: datetime, interval: timedelta) -> str:
+    """``{parent}_pYYYYMMDD``, with the time too for periods shorter than a day."""
+    if interval % timedelta(days=1):
+        return f"{parent}_p{start:%Y%m%d%H%M}"
     return f"{parent}_p{start:%Y%m%d}"
 
 
-def weeks(since: datetime, until: datetime) -> list[datetime]:
-    """The starts of the weeks that hold a moment of ``[since, until]``."""
-    start, last = week_start(since), week_start(until)
+def periods(since: datetime, until: datetime, interval: timedelta) -> list[datetime]:
+    """The starts of the periods that hold a moment of ``[since, until]``."""
+    start, last = period_start(since, interval), period_start(until, interval)
     found = []
     while start <= last:
         found.append(start)
-        start += WEEK
+        start += interval
     return found
 
 
@@ -160,13 +175,14 @@ def partitions(conn: Connection, parent: str) -> list[Partition]:
         ),
         {"name": parent},
     ).all()
-    found = [Partition(name, *parse_bound(bound)) for name, bound in rows]
+    # A partition dropped meanwhile (another cleanup) may show with no bound: gone.
+    found = [Partition(name, *parse_bound(bound)) for name, bound in rows if bound is not None]
     far_past = datetime.min.replace(tzinfo=timezone.utc)
     return sorted(found, key=lambda p: (p.is_default, p.lower or far_past))
 
 
 def covered_until(conn: Connection, models: Models) -> datetime | None:
-    """Until when every partitioned table has its weeks (None: not partitioned)."""
+    """Until when every partitioned table has its periods (None: not partitioned)."""
     ends = []
     for target in partitioned(models):
         if not is_partitioned(conn, target.name):
@@ -177,26 +193,33 @@ def covered_until(conn: Connection, models: Models) -> datetime | None:
 
 
 def ensure(
-    conn: Connection, models: Models, now: datetime, *, since: datetime | None = None
+    conn: Connection,
+    models: Models,
+    now: datetime,
+    interval: timedelta = DEFAULT_INTERVAL,
+    *,
+    since: datetime | None = None,
 ) -> list[str]:
-    """Make the missing weeks from ``since`` (default: this week) to :data:`AHEAD` past
-    ``now``, in the caller's transaction; the names made. A week that overlaps a
-    partition there already (the history) is not made. Rows of a new week found in the
-    default partition are moved into it. Nothing on a table that is not partitioned."""
+    """Make the missing periods from ``since`` (default: the current one) to
+    :func:`ahead` of ``now``, in the caller's transaction; the names made. A period that
+    overlaps a partition there already (the history, a period of another interval) is
+    not made. Rows of a new period found in the default partition are moved into it.
+    Nothing on a table that is not partitioned."""
     made: list[str] = []
     for target in partitioned(models):
         if not is_partitioned(conn, target.name):
             continue
-        # Two callers at once (Beat and cleanup): one makes the week, the other sees it.
+        # Two callers at once (Beat and cleanup): one makes the period, the other sees it.
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": target.name})
         existing = partitions(conn, target.name)
-        for start in weeks(since or now, now + AHEAD):
-            end = start + WEEK
+        for start in periods(since or now, now + ahead(interval), interval):
+            end = start + interval
             if any(_overlaps(p, start, end) for p in existing):
                 continue
             default = next((p.name for p in existing if p.is_default), None)
-            _make_week(conn, target, start, end, default)
-            made.append(week_name(target.name, start))
+            name = period_name(target.name, start, interval)
+            _make_period(conn, target, name, start, end, default)
+            made.append(name)
     return made
 
 
@@ -208,29 +231,32 @@ def _overlaps(partition: Partition, start: datetime, end: datetime) -> bool:
     return below and above
 
 
-def _make_week(
-    conn: Connection, target: Partitioned, start: datetime, end: datetime, default: str | None
+def _make_period(
+    conn: Connection,
+    target: Partitioned,
+    name: str,
+    start: datetime,
+    end: datetime,
+    default: str | None,
 ) -> None:
-    """One week: a table like the parent, the default partition's rows of that week moved
-    into it, attached (which builds its indexes). Attaching takes the parent's SHARE
-    UPDATE EXCLUSIVE lock, which reads and writes do not wait for; the default partition
-    is locked for the move, briefly."""
+    """One period: a table like the parent, the default partition's rows of that period
+    moved into it, attached (which builds its indexes). Attaching takes the parent's
+    SHARE UPDATE EXCLUSIVE lock, which reads and writes do not wait for; the default
+    partition is locked for the move, briefly."""
     quote = conn.dialect.identifier_preparer.quote
-    parent, week = quote(target.name), quote(week_name(target.name, start))
     conn.execute(text(f"SET LOCAL lock_timeout = {ENSURE_LOCK_TIMEOUT_MS}"))
-    conn.execute(text(f"CREATE TABLE {week} (LIKE {parent} INCLUDING DEFAULTS)"))
+    conn.execute(text(f"CREATE TABLE {quote(name)} (LIKE {quote(target.name)} INCLUDING DEFAULTS)"))
     if default is not None:
         conn.execute(text(f"LOCK TABLE {quote(default)} IN ACCESS EXCLUSIVE MODE"))
         source = partition_table(target, default)
         within = and_(source.c[target.key] >= start, source.c[target.key] < end)
         names = [c.name for c in target.table.columns]
-        moving = select(*(source.c[name] for name in names)).where(within)
-        week_table = partition_table(target, week_name(target.name, start))
-        conn.execute(insert(week_table).from_select(names, moving))
+        moving = select(*(source.c[column] for column in names)).where(within)
+        conn.execute(insert(partition_table(target, name)).from_select(names, moving))
         conn.execute(delete(source).where(within))
     conn.execute(
         text(
-            f"ALTER TABLE {parent} ATTACH PARTITION {week} "
+            f"ALTER TABLE {quote(target.name)} ATTACH PARTITION {quote(name)} "
             f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
         )
     )
@@ -264,33 +290,41 @@ def drop_if_expired(
     locked_kept: KeptProbes,
 ) -> int | None:
     """In the caller's transaction: drop ``partition`` if no row of it is to be kept; the
-    rows dropped, or None (a row is to be kept: nothing dropped).
+    rows dropped (0: another cleanup dropped it first; :func:`is_gone` tells the error
+    of a statement that found it gone), or None (a row is to be kept: nothing dropped).
 
-    ``kept`` (any plan) is checked first, then ``target`` is locked (its parent, so that
-    no statement plans against the partition meanwhile) and ``locked_kept`` (quick,
-    through indexes: what a write since the first check can have changed) is checked
-    under the lock, which is held only for that and the drop. A lock not had within
-    :data:`DROP_LOCK_TIMEOUT_MS` raises OperationalError (see :func:`retry_on_lock_timeout`).
+    The rows are counted, and ``kept`` checked, in one scan; then ``target`` is locked
+    (its parent, so that no statement plans against the partition meanwhile) and
+    ``locked_kept`` (quick, through indexes: what a write since the scan can have
+    changed) is checked under the lock, which is held only for that and the drop. A lock
+    not had within :data:`DROP_LOCK_TIMEOUT_MS` raises OperationalError (see
+    :func:`retry_on_lock_timeout`).
     """
     quote = conn.dialect.identifier_preparer.quote
     part = partition_table(target, partition.name)
-    if _any(conn, kept(part)):
+    probes = kept(part)
+    keep_any = func.coalesce(func.bool_or(or_(*probes)), False) if probes else false()
+    rows, keep = conn.execute(select(func.count(), keep_any).select_from(part)).one()
+    if keep:
         return None
-    rows = conn.execute(select(func.count()).select_from(part)).scalar_one()
     conn.execute(text(f"SET LOCAL lock_timeout = {DROP_LOCK_TIMEOUT_MS}"))
     conn.execute(text(f"LOCK TABLE {quote(target.name)} IN ACCESS EXCLUSIVE MODE"))
-    if _any(conn, locked_kept(part)):
+    if not _exists(conn, partition.name):
+        return 0
+    if any(conn.execute(select(exists().where(probe))).scalar() for probe in locked_kept(part)):
         return None
     conn.execute(text(f"DROP TABLE {quote(partition.name)}"))
     return int(rows)
 
 
-def _any(conn: Connection, probes: Sequence[ColumnElement[bool]]) -> bool:
-    return any(conn.execute(select(exists().where(probe))).scalar() for probe in probes)
+def is_gone(exc: DBAPIError) -> bool:
+    """Whether a statement failed because its table no longer exists (42P01)."""
+    return getattr(exc.orig, "sqlstate", None) == "42P01"
 
 
-def is_lock_timeout(exc: OperationalError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) == "55P03"
+def _exists(conn: Connection, name: str) -> bool:
+    found = conn.execute(text("SELECT to_regclass(:name) IS NOT NULL"), {"name": name})
+    return bool(found.scalar())
 
 
 def retry_on_lock_timeout(attempt: Callable[[], int | None], what: str) -> int | None:

@@ -1,7 +1,7 @@
 """Retention: delete old run records, ledger rows and completed keys in bounded batches.
 
-On PostgreSQL the weeks of the ledger and of the run records whose every row is past
-retention are dropped whole first (:mod:`.partitions`); what is left is deleted in
+On PostgreSQL the partitions of the ledger and of the run records whose every row is
+past retention are dropped whole first (:mod:`.partitions`); what is left is deleted in
 batches, as on SQLite. The rows that go are the same either way.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, delete, or_, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import ColumnElement, Table, and_, delete, select
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from ..exceptions import GafferError, one_line
 from ..protocol import FireState, RunState
@@ -95,19 +95,19 @@ def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> Cleanup
 def _drop_expired_weeks(
     database: Database, now: datetime, run_cutoff: datetime, fire_cutoff: datetime
 ) -> dict[str, int]:
-    """Make the weeks ahead, then drop each week (and the history) whose every row is
-    past retention; the rows dropped, by table. Nothing where the tables are not
+    """Make the periods ahead, then drop each period (and the history) whose every row
+    is past retention; the rows dropped, by table. Nothing where the tables are not
     partitioned (SQLite)."""
     if database.dialect != "postgresql":
         return {}
     models = database.models
     try:
         with database.begin() as conn:
-            partitions.ensure(conn, models, now)
+            partitions.ensure(conn, models, now, database.partition_interval)
     except OperationalError as exc:  # a busy default partition: made on a later call
         logger.warning(
-            "retention: could not make the weeks ahead now (%s); Beat or the next cleanup "
-            "makes them",
+            "retention: could not make the partitions ahead now (%s); Beat or the next "
+            "cleanup makes them",
             one_line(exc),
             extra={"action": "partitions_not_made"},
         )
@@ -144,8 +144,13 @@ def _drop_one(
     kept: partitions.KeptProbes,
     locked_kept: partitions.KeptProbes,
 ) -> int | None:
-    with database.begin() as conn:
-        return partitions.drop_if_expired(conn, target, partition, kept, locked_kept)
+    try:
+        with database.begin() as conn:
+            return partitions.drop_if_expired(conn, target, partition, kept, locked_kept)
+    except ProgrammingError as exc:
+        if partitions.is_gone(exc):
+            return 0  # another cleanup dropped it while this one read it
+        raise
 
 
 def _fires_kept(cutoff: datetime) -> partitions.KeptProbes:
@@ -162,7 +167,7 @@ def _runs_kept(cutoff: datetime) -> partitions.KeptProbes:
     """What keeps a run partition: a running run, or one updated since ``cutoff``."""
 
     def probes(part: Table) -> list[ColumnElement[bool]]:
-        return [or_(part.c.state == RunState.RUNNING, part.c.updated_at >= cutoff)]
+        return [part.c.state == RunState.RUNNING, part.c.updated_at >= cutoff]
 
     return probes
 

@@ -18,6 +18,7 @@ def test_defaults_match_the_contract() -> None:
     assert settings.max_catchup == 100
     assert settings.alert_after_failures == 3
     assert settings.metrics_port is None
+    assert settings.partition_interval == 7 * 86400.0
 
 
 def test_values_are_read_from_app_conf_once() -> None:
@@ -43,6 +44,8 @@ def test_values_are_read_from_app_conf_once() -> None:
         ("gaffer_lease_ttl", "soon"),
         ("gaffer_lease_ttl", float("nan")),
         ("gaffer_republish_after", 0),
+        ("gaffer_partition_interval", 60),
+        ("gaffer_partition_interval", "weekly"),
         ("gaffer_max_catchup", 0),
         ("gaffer_max_catchup", 2.5),
         ("gaffer_alert_after_failures", True),

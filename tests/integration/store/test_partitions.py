@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 from sqlalchemy import func, inspect, select, text
 
-from celery_gaffer.beat.weeks import Weeks
+from celery_gaffer.beat.partition_keeper import PartitionKeeper
 from celery_gaffer.protocol import fire_key, fire_task_id
-from celery_gaffer.store import partitions
+from celery_gaffer.store import database_for, partitions
 from celery_gaffer.store.fires import NewFire, insert_fires
 from celery_gaffer.store.retention import _runs_kept_indexed, cleanup
 
+from ...support import noop_app
 from .test_retention import deletes_per_table, migrated
 
+WEEK = partitions.WEEK
 # Far from today and from the other tests' times: these weeks are this file's own.
 NOW = datetime(2024, 3, 6, 12, 0, tzinfo=timezone.utc)  # a Wednesday
 OLD = NOW - timedelta(days=40)
@@ -42,7 +44,7 @@ def weeks_of(database: Any, table: Any) -> dict[str, partitions.Partition]:
 
 
 def week_of(table: Any, at: datetime) -> str:
-    return partitions.week_name(table.name, partitions.week_start(at))
+    return partitions.period_name(table.name, partitions.period_start(at, WEEK), WEEK)
 
 
 def add_run(database: Any, state: str, created_at: datetime, updated_at: datetime) -> None:
@@ -90,7 +92,8 @@ def test_a_week_whose_rows_are_all_past_retention_is_dropped_whole(database: Any
     add_run(database, "failed", RECENT, RECENT)
     add_fire(database, RECENT)
     old_runs, old_fires = week_of(runs, OLD), week_of(fires, OLD)
-    assert old_runs in weeks_of(database, runs) and old_fires in weeks_of(database, fires)
+    assert old_runs in weeks_of(database, runs)
+    assert old_fires in weeks_of(database, fires)
 
     with deletes_per_table(database) as deletes:
         report = cleanup(database, NOW)
@@ -109,7 +112,7 @@ def test_a_week_whose_rows_are_all_past_retention_is_dropped_whole(database: Any
         assert conn.execute(select(func.count()).select_from(fires)).scalar() == 1
     # The current weeks and those ahead stay.
     assert week_of(runs, NOW) in weeks_of(database, runs)
-    assert week_of(fires, NOW + partitions.AHEAD) in weeks_of(database, fires)
+    assert week_of(fires, NOW + partitions.ahead(WEEK)) in weeks_of(database, fires)
 
 
 @pytest.mark.parametrize(
@@ -139,6 +142,32 @@ def test_a_row_to_keep_keeps_its_week_and_the_old_rows_beside_it_are_deleted(
     assert (report.runs, report.fires) == (3, 3)  # the old rows went all the same
     with database.begin() as conn:
         assert conn.execute(select(func.count()).select_from(table)).scalar() == 1
+
+
+def test_two_cleanups_at_once_drop_each_week_once(database: Any) -> None:
+    """The one that waited for the lock finds the week gone, counts nothing and goes on."""
+    for hours in range(6):
+        add_run(database, "succeeded", OLD + timedelta(hours=hours), OLD + timedelta(hours=hours))
+        add_fire(database, OLD + timedelta(hours=hours))
+    start = threading.Barrier(2)
+    reports: list[Any] = []
+    failures: list[BaseException] = []
+
+    def clean() -> None:
+        start.wait()
+        try:
+            reports.append(cleanup(database, NOW))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=clean) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+    assert sum(r.runs for r in reports) == 6
+    assert sum(r.fires for r in reports) == 6
 
 
 def test_a_write_between_the_check_and_the_lock_keeps_the_week(database: Any) -> None:
@@ -220,7 +249,7 @@ def test_a_fire_of_a_week_not_made_yet_waits_in_the_default_partition_then_moves
     database: Any,
 ) -> None:
     fires = database.models.Fire.__table__
-    later = NOW + partitions.AHEAD + timedelta(days=10)
+    later = NOW + partitions.ahead(WEEK) + timedelta(days=10)
     fire_id = add_fire(database, later, state="pending")
     assert where_is(database, fires, "id", fire_id) == ["gaffer_fires_default"]
 
@@ -241,12 +270,12 @@ def test_beat_makes_the_weeks_ahead_when_fewer_than_a_week_are_left(
     with migrated(empty_postgres_url) as database:
         fires, runs = database.models.Fire.__table__, database.models.JobRun.__table__
         now = datetime.now(timezone.utc)
-        keeper = Weeks(database)
+        keeper = PartitionKeeper(database)
         with caplog.at_level(logging.INFO, logger="celery_gaffer.scheduler"):
             keeper.keep(now)  # the migration made two weeks ahead: nothing to make
             assert not [r for r in caplog.records if getattr(r, "action", "") == "partition_made"]
             later = now + timedelta(days=13)  # less than a week left
-            assert week_of(fires, later + partitions.AHEAD) not in weeks_of(database, fires)
+            assert week_of(fires, later + partitions.ahead(WEEK)) not in weeks_of(database, fires)
             keeper.keep(later)
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         made = {
@@ -254,7 +283,7 @@ def test_beat_makes_the_weeks_ahead_when_fewer_than_a_week_are_left(
             for r in caplog.records
             if getattr(r, "action", "") == "partition_made"
         }
-        ahead = later + partitions.AHEAD
+        ahead = later + partitions.ahead(WEEK)
         assert {week_of(fires, ahead), week_of(runs, ahead)} <= made
         assert week_of(fires, ahead) in weeks_of(database, fires)
 
@@ -298,10 +327,43 @@ def test_migrating_a_database_with_rows_keeps_them_ids_and_uniqueness(
             assert conn.execute(select(func.count()).select_from(runs)).scalar() == 4
             kinds = conn.execute(
                 text(
-                    "SELECT relkind FROM pg_class WHERE relname IN ('gaffer_fires', 'gaffer_job_runs')"
+                    "SELECT relkind FROM pg_class "
+                    "WHERE relname IN ('gaffer_fires', 'gaffer_job_runs')"
                 )
             ).scalars()
             assert set(kinds) == {"r"}
         assert "created_at" not in {
             c["name"] for c in inspect(database.engine).get_columns("gaffer_job_runs")
         }
+
+
+def test_an_hourly_interval_makes_hours_and_cleanup_drops_the_hours_past_retention(
+    empty_postgres_url: str,
+) -> None:
+    hour = timedelta(hours=1)
+    conf = {
+        "gaffer_partition_interval": 3600,
+        "gaffer_run_retention": 2 * 3600,
+        "gaffer_ledger_retention": 2 * 3600,
+    }
+    with noop_app("hourly", empty_postgres_url, **conf) as app:
+        database = database_for(app)
+        database.migrate()
+        fires = database.models.Fire.__table__
+        now = datetime.now(timezone.utc)
+        names = weeks_of(database, fires)
+        assert partitions.period_name(fires.name, partitions.period_start(now, hour), hour) in names
+        six_ahead = partitions.period_start(now + 6 * hour, hour)
+        assert partitions.period_name(fires.name, six_ahead, hour) in names
+
+        with database.begin() as conn:
+            partitions.ensure(conn, database.models, now, hour, since=now - 5 * hour)
+        old = now - 4 * hour
+        add_fire(database, old)
+        add_fire(database, now - 10 * timedelta(minutes=1))
+        old_hour = partitions.period_name(fires.name, partitions.period_start(old, hour), hour)
+        assert old_hour in weeks_of(database, fires)
+        assert cleanup(database, now).fires == 1
+        assert old_hour not in weeks_of(database, fires)
+        with database.begin() as conn:
+            assert conn.execute(select(func.count()).select_from(fires)).scalar() == 1

@@ -13,8 +13,14 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text, update
 
 from celery_gaffer.settings import GafferSettings, parse_database_url
-from celery_gaffer.store import current_revision, get_engine, head_revision, migrate, models_for
-from celery_gaffer.store import partitions
+from celery_gaffer.store import (
+    current_revision,
+    get_engine,
+    head_revision,
+    migrate,
+    models_for,
+    partitions,
+)
 from celery_gaffer.store.database import Database
 
 

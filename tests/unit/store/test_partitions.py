@@ -12,10 +12,11 @@ from celery_gaffer.store.partitions import (
     WEEK,
     Partition,
     _overlaps,
+    ahead,
     parse_bound,
-    week_name,
-    week_start,
-    weeks,
+    period_name,
+    period_start,
+    periods,
 )
 
 UTC = timezone.utc
@@ -24,26 +25,39 @@ UTC = timezone.utc
 @given(st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1)))
 def test_a_moment_is_in_the_week_that_starts_on_the_monday_before_it(naive: datetime) -> None:
     at = naive.replace(tzinfo=UTC)
-    start = week_start(at)
+    start = period_start(at, WEEK)
     assert start <= at < start + WEEK
     assert (start.weekday(), start.hour, start.minute, start.second, start.microsecond) == (
         0, 0, 0, 0, 0,
     )  # fmt: skip
+    day, hour = period_start(at, timedelta(days=1)), period_start(at, timedelta(hours=1))
+    assert day <= at < day + timedelta(days=1)
+    assert (day.hour, day.minute) == (0, 0)
+    assert hour <= at < hour + timedelta(hours=1)
+    assert (hour.minute, hour.second) == (0, 0)
 
 
 def test_week_start_reads_the_instant_not_the_wall_clock() -> None:
     # Monday 01:00 in Berlin is Sunday 23:00 UTC: the week of the Monday before.
     berlin = timezone(timedelta(hours=2))
-    assert week_start(datetime(2026, 6, 1, 1, 0, tzinfo=berlin)) == datetime(
-        2026, 5, 25, tzinfo=UTC
-    )
+    monday_in_berlin = datetime(2026, 6, 1, 1, 0, tzinfo=berlin)
+    assert period_start(monday_in_berlin, WEEK) == datetime(2026, 5, 25, tzinfo=UTC)
 
 
-def test_weeks_lists_each_week_that_holds_a_moment_of_the_span() -> None:
-    found = weeks(datetime(2026, 12, 2, tzinfo=UTC), datetime(2026, 12, 16, tzinfo=UTC))
+def test_periods_lists_each_period_that_holds_a_moment_of_the_span() -> None:
+    found = periods(datetime(2026, 12, 2, tzinfo=UTC), datetime(2026, 12, 16, tzinfo=UTC), WEEK)
     assert found == [datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC),
                      datetime(2026, 12, 14, tzinfo=UTC)]  # fmt: skip
-    assert week_name("gaffer_fires", found[0]) == "gaffer_fires_p20261130"
+    assert period_name("gaffer_fires", found[0], WEEK) == "gaffer_fires_p20261130"
+    hour = timedelta(hours=1)
+    at = datetime(2026, 12, 2, 7, 30, tzinfo=UTC)
+    assert periods(at, at + hour, hour) == [at.replace(minute=0), at.replace(hour=8, minute=0)]
+    assert period_name("gaffer_fires", at.replace(minute=0), hour) == "gaffer_fires_p202612020700"
+
+
+def test_periods_are_made_two_ahead_and_never_less_than_six_hours() -> None:
+    assert ahead(WEEK) == 2 * WEEK
+    assert ahead(timedelta(hours=1)) == timedelta(hours=6)
 
 
 @pytest.mark.parametrize(

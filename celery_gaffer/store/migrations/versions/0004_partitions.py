@@ -1,10 +1,11 @@
 """Run records get ``created_at``; on PostgreSQL the ledger and the run records are
-partitioned by week (``nominal_at``, ``created_at``), so that retention drops old weeks.
+partitioned by time (``nominal_at``, ``created_at``), so that retention drops old periods.
 
 The existing rows stay where they are: the old table becomes the partition
-``{table}_history`` (a table with no rows is dropped instead), below the weeks made from
-then on; ids go on from the same sequence. Existing run records get the migration's
-time as ``created_at``. See :mod:`celery_gaffer.store.partitions`.
+``{table}_history`` (a table with no rows is dropped instead), up to the week after its
+newest row, below the periods made from then on; ids go on from the same sequence.
+Existing run records get the migration's time as ``created_at``. See
+:mod:`celery_gaffer.store.partitions`.
 
 Revision ID: 0004
 Revises: 0003
@@ -13,8 +14,7 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 from alembic import context, op
@@ -69,7 +69,13 @@ def upgrade() -> None:
     )
     for name, (key, uniques, indexes) in _TABLES.items():
         _partition(bind, f"{P}{name}", key, uniques, indexes)
-    partitions.ensure(bind, models_for(P), datetime.now(timezone.utc))
+    interval = context.config.attributes.get("partition_interval")
+    partitions.ensure(
+        bind,
+        models_for(P),
+        datetime.now(timezone.utc),
+        partitions.DEFAULT_INTERVAL if interval is None else timedelta(seconds=interval),
+    )
 
 
 def _partition(
@@ -105,7 +111,9 @@ def _partition(
         op.drop_table(history)
     else:
         op.drop_constraint(f"pk_{table}_h", history, type_="primary")
-        upper = partitions.week_start(newest) + partitions.WEEK
+        # The history ends where the period after its newest row begins (a week).
+        week = partitions.DEFAULT_INTERVAL
+        upper = partitions.period_start(newest, week) + week
         bind.execute(
             sa.text(
                 f"ALTER TABLE {q(table)} ATTACH PARTITION {q(history)} "
