@@ -20,7 +20,7 @@ from ..exceptions import GafferError, one_line
 from ..protocol import FireState, RunState
 from . import partitions
 from .alerts import expired_conditions
-from .database import Database
+from .database import Database, is_lock_timeout
 from .models import table_of
 
 logger = logging.getLogger("celery_gaffer.store")
@@ -56,7 +56,7 @@ def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> Cleanup
     )
     run_cutoff = now - timedelta(seconds=settings.run_retention)
     fire_cutoff = now - timedelta(seconds=settings.ledger_retention)
-    dropped = _drop_expired_weeks(database, now, run_cutoff, fire_cutoff)
+    dropped = _drop_expired_partitions(database, now, run_cutoff, fire_cutoff)
     counts = []
     for table, key_column, conditions in (
         (
@@ -92,7 +92,7 @@ def cleanup(database: Database, now: datetime, *, batch: int = BATCH) -> Cleanup
     return CleanupReport(*counts)
 
 
-def _drop_expired_weeks(
+def _drop_expired_partitions(
     database: Database, now: datetime, run_cutoff: datetime, fire_cutoff: datetime
 ) -> dict[str, int]:
     """Make the periods ahead, then drop each period (and the history) whose every row
@@ -104,7 +104,10 @@ def _drop_expired_weeks(
     try:
         with database.begin() as conn:
             partitions.ensure(conn, models, now, database.partition_interval)
-    except OperationalError as exc:  # a busy default partition: made on a later call
+    except OperationalError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        # A busy default partition: the periods are made on a later call.
         logger.warning(
             "retention: could not make the partitions ahead now (%s); Beat or the next "
             "cleanup makes them",
