@@ -185,22 +185,29 @@ def test_a_write_between_the_check_and_the_lock_keeps_the_week(database: Any) ->
     assert week.name in weeks_of(database, runs)
 
 
-def test_a_drop_waits_out_a_busy_table_then_lands(database: Any) -> None:
-    """The drop's lock waits at most a moment at a time (a query queued behind it waits
-    no longer), and is tried again until the table is free."""
-    fires = database.models.Fire.__table__
-    add_fire(database, OLD)
+def holding(database: Any, table: str) -> tuple[threading.Thread, threading.Event]:
+    """A thread holding ``table`` in ROW EXCLUSIVE mode (as a writer does) until the
+    returned event is set."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         with database.engine.connect() as conn, conn.begin():
-            conn.execute(text("LOCK TABLE gaffer_fires IN ROW EXCLUSIVE MODE"))
+            conn.execute(text(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE"))
             held.set()
             release.wait(30)
 
     holder = threading.Thread(target=hold)
     holder.start()
     held.wait(10)
+    return holder, release
+
+
+def test_a_drop_waits_out_a_busy_table_then_lands(database: Any) -> None:
+    """The drop's lock waits at most a moment at a time (a query queued behind it waits
+    no longer), and is tried again until the table is free."""
+    fires = database.models.Fire.__table__
+    add_fire(database, OLD)
+    holder, release = holding(database, "gaffer_fires")
     threading.Timer(1.5, release.set).start()
     started = time.monotonic()
     try:
@@ -219,18 +226,8 @@ def test_a_table_busy_for_longer_is_left_to_the_batched_delete(
     fires = database.models.Fire.__table__
     add_fire(database, OLD)
     monkeypatch.setattr(partitions, "DROP_TRIES", 2)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with database.engine.connect() as conn, conn.begin():
-            conn.execute(text("LOCK TABLE gaffer_fires_p20240122 IN ROW EXCLUSIVE MODE"))
-            held.set()
-            release.wait(30)
-
     assert week_of(fires, OLD) == "gaffer_fires_p20240122"
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
+    holder, release = holding(database, "gaffer_fires_p20240122")
     try:
         with caplog.at_level(logging.WARNING, logger="celery_gaffer.store"):
             report = cleanup(database, NOW)
