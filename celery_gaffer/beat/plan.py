@@ -145,12 +145,15 @@ def usable_row(
     schedule_key = ("schedule", str(row.schedule))
     rest_key = ("rest", *stored_entry(row))
     schedule, rest = parts.get(schedule_key), parts.get(rest_key)
-    if rest is not None and schedule is not None:
-        spec = replace(rest, name=validate_name(row.name), schedule=schedule)
-        return spec, _payload(spec)
     try:
         if schedule is None:
             schedule = schedule_from_dict(decode_json(row.schedule))
+        if rest is not None:
+            # The rest of the entry was validated from the same stored text: only the
+            # name (and, above, the schedule) are this row's own.
+            parts[schedule_key] = schedule
+            spec = replace(rest, name=validate_name(row.name), schedule=schedule)
+            return spec, _payload(spec)
         args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
     except ValueError as exc:
         if isinstance(exc, GafferError):

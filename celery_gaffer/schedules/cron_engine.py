@@ -48,6 +48,8 @@ def aware_utc(value: object, name: str) -> datetime:
 
     Fires are whole seconds, so "after ``value``" and "after its second" are the same.
     """
+    if type(value) is datetime and value.tzinfo is UTC and not value.microsecond:
+        return value  # already one (the common case: every time the store reads)
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise InvalidSchedule(
             f"{name} must be a timezone-aware datetime, got {value!r}", field=name

@@ -36,6 +36,9 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
+from . import fastpath
+from .prebuilt import prebuilt
+
 # Element types of the arrays: enough for every column the ledger writes in bulk.
 ELEMENT_TYPES: dict[str, TypeEngine[Any]] = {
     "bigint": BigInteger(),
@@ -108,26 +111,39 @@ def update_many(
     columns: Sequence[tuple[str, str]],
     rows: Sequence[Mapping[str, Any]],
     values: Callable[[Callable[[str], Any]], dict[str, Any]],
+    *,
+    name: str | None = None,
 ) -> None:
     """``UPDATE table SET ...`` for many rows, each matched on its column ``key``.
 
     ``columns``: ``(name, element type)`` of what each row holds (``key`` among them);
     ``values(value_of)``: the ``SET`` clause, where ``value_of(name)`` is the row's value.
-    On PostgreSQL one ``UPDATE ... FROM unnest(...)`` per chunk; elsewhere one
-    executemany per chunk (the values bound as the columns they set).
+    On PostgreSQL one ``UPDATE ... FROM unnest(...)`` per chunk (with a ``name``, the
+    statement is built once for ``table`` and run on the fast path, :mod:`.fastpath`);
+    elsewhere one executemany per chunk (the values bound as the columns they set).
     """
     if not rows:
         return
     if on_postgresql(conn):
-        source = unnest(columns)
-        stmt = (
-            update(table)
-            .where(table.c[key] == source.c[key])
-            .values(values(lambda name: source.c[name]))
-        )
+
+        def build() -> Any:
+            source = unnest(columns)
+            return (
+                update(table)
+                .where(table.c[key] == source.c[key])
+                .values(values(lambda column_name: source.c[column_name]))
+            )
+
+        stmt = build() if name is None else prebuilt((name, table.name), build)
         for start in range(0, len(rows), UPDATE_CHUNK):
             part = rows[start : start + UPDATE_CHUNK]
-            conn.execute(stmt, {"b_" + name: [row[name] for row in part] for name, _ in columns})
+            arrays = {
+                "b_" + column_name: [row[column_name] for row in part] for column_name, _ in columns
+            }
+            if name is None:
+                conn.execute(stmt, arrays)
+            else:
+                fastpath.execute(conn, stmt, arrays)
         return
     stmt = (
         update(table)

@@ -18,9 +18,11 @@ from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, func,
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..protocol import FireState, fire_key, fire_task_id
-from .arrays import matches, on_postgresql, unnest, unnest_select
+from . import fastpath
+from .arrays import any_of, matches, on_postgresql, unnest, unnest_select
 from .dbclock import db_now
 from .models import Models, table_of
+from .prebuilt import prebuilt
 
 # Rows per statement when a list of ids or parameters is sent to the database.
 CHUNK = 1000
@@ -100,16 +102,10 @@ def insert_fires(
     by_fire = {(row["schedule"], row["nominal_at"]): row for row in rows}
     for start in range(0, len(rows), CHUNK):
         part = rows[start : start + CHUNK]
+        result: Iterable[Any]
         if on_postgresql(conn):
-            names = [name for name, _ in _FIRE_COLUMNS]
-            stmt = (
-                postgresql.insert(table)
-                .from_select(names, unnest_select(_FIRE_COLUMNS))
-                .on_conflict_do_nothing()
-                .returning(*returning)
-            )
-            arrays = {"b_" + name: [row[name] for row in part] for name in names}
-            result = conn.execute(stmt, arrays)
+            arrays = {"b_" + name: [row[name] for row in part] for name, _ in _FIRE_COLUMNS}
+            result = fastpath.execute(conn, _insert_statement(models), arrays).all()
         else:
             stmt = sqlite.insert(table).on_conflict_do_nothing().returning(*returning)
             result = conn.execute(stmt, part)
@@ -128,6 +124,37 @@ def insert_fires(
                     )
                 )
     return inserted
+
+
+def _insert_statement(models: Models) -> Any:
+    """``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING`` (PostgreSQL),
+    built once."""
+
+    def build() -> Any:
+        table = table_of(models.Fire)
+        return (
+            postgresql.insert(table)
+            .from_select([name for name, _ in _FIRE_COLUMNS], unnest_select(_FIRE_COLUMNS))
+            .on_conflict_do_nothing()
+            .returning(table.c.id, table.c.schedule, table.c.nominal_at)
+        )
+
+    return prebuilt(("fires-insert", models.prefix), build)
+
+
+def _set_by_ids(models: Models, name: str, *, pending: bool = False, **values: Any) -> Any:
+    """``UPDATE fires SET values WHERE id = ANY(:ids)`` (PostgreSQL; ``pending``: and the
+    fire is pending), built once under ``name``; ``values`` hold bound parameters or SQL
+    expressions."""
+
+    def build() -> Any:
+        table = table_of(models.Fire)
+        stmt = update(table).where(any_of(table.c.id, "ids", "bigint"))
+        if pending:
+            stmt = stmt.where(table.c.state == FireState.PENDING)
+        return stmt.values(**values)
+
+    return prebuilt(("fires-" + name, models.prefix), build)
 
 
 def claim_pending(
@@ -152,6 +179,15 @@ def claim_pending(
         table = table_of(models.Fire)
         for start in range(0, len(claimed), CHUNK):
             ids = [fire.id for fire in claimed[start : start + CHUNK]]
+            if on_postgresql(conn):
+                stmt = _set_by_ids(
+                    models,
+                    "claim",
+                    publish_after=bindparam("until", type_=table.c.publish_after.type),
+                    publish_count=table.c.publish_count + 1,
+                )
+                fastpath.execute(conn, stmt, {"ids": ids, "until": until})
+                continue
             conn.execute(
                 update(table)
                 .where(matches(conn, table.c.id, ids, "bigint"))
@@ -227,6 +263,23 @@ def mark_sent(
     """
     table = table_of(models.Fire)
     id_list = list(ids)
+    if on_postgresql(conn):
+        timed = table.c.sent_at.type
+        confirm = {} if confirm_at is None else {"publish_after": bindparam("confirm", type_=timed)}
+        stmt = _set_by_ids(
+            models,
+            "mark-sent" if confirm_at is None else "mark-sent-confirm",
+            pending=True,
+            state=FireState.SENT,
+            sent_at=bindparam("now", type_=timed),
+            **confirm,
+        )
+        params: dict[str, Any] = {"now": now}
+        if confirm_at is not None:
+            params["confirm"] = confirm_at
+        for start in range(0, len(id_list), CHUNK):
+            fastpath.execute(conn, stmt, {**params, "ids": id_list[start : start + CHUNK]})
+        return
     values: dict[str, Any] = {"state": FireState.SENT, "sent_at": now}
     if confirm_at is not None:
         values["publish_after"] = confirm_at

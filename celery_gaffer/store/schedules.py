@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Integer,
     Text,
     bindparam,
     case,
@@ -26,9 +27,11 @@ from sqlalchemy import (
 )
 
 from ..protocol import FAILURE_STATES, FireState, Overlap, RunState
+from . import fastpath
 from .arrays import matches, update_many
 from .dbclock import db_now
 from .models import Models, table_of
+from .prebuilt import prebuilt
 from .schedule_rows import StoredSchedule, decode_json, readable_columns, stored
 
 # Rows per statement when a list of ids or parameters is sent to the database.
@@ -68,35 +71,46 @@ def claim_due_schedules(
     the caller's ``BEGIN IMMEDIATE`` already excludes every other writer. JSON columns
     are read as text so that one undecodable row cannot break the whole batch.
     """
-    s = models.Schedule
-    stmt = (
-        select(
-            s.id,
-            s.name,
-            s.task,
-            type_coerce(s.schedule, Text),
-            type_coerce(s.args, Text),
-            type_coerce(s.kwargs, Text),
-            type_coerce(s.options, Text),
-            s.catchup,
-            s.starting_deadline,
-            s.overlap,
-            s.watermark_at,
-            s.grace,
-            s.error,
-            s.start_at,
-            s.end_at,
-            s.max_runs,
-            s.fired_count,
-            s.ping_url,
+    stmt = _due_statement(models, conn.dialect.name == "postgresql")
+    rows = fastpath.execute(conn, stmt, {"now": now, "limit": limit}).all()
+    return [DueSchedule(*row) for row in rows]
+
+
+def _due_statement(models: Models, postgresql: bool) -> Any:
+    """The due schedules' ``SELECT`` (parameters ``now``, ``limit``), built once."""
+
+    def build() -> Any:
+        s = models.Schedule
+        stmt = (
+            select(
+                s.id,
+                s.name,
+                s.task,
+                type_coerce(s.schedule, Text),
+                type_coerce(s.args, Text),
+                type_coerce(s.kwargs, Text),
+                type_coerce(s.options, Text),
+                s.catchup,
+                s.starting_deadline,
+                s.overlap,
+                s.watermark_at,
+                s.grace,
+                s.error,
+                s.start_at,
+                s.end_at,
+                s.max_runs,
+                s.fired_count,
+                s.ping_url,
+            )
+            .where(s.next_fire_at <= bindparam("now", type_=s.next_fire_at.type))
+            .order_by(s.next_fire_at)
+            .limit(bindparam("limit", type_=Integer()))
         )
-        .where(s.next_fire_at <= now)
-        .order_by(s.next_fire_at)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True, of=table_of(s))
-    return [DueSchedule(*row) for row in conn.execute(stmt)]
+        if postgresql:
+            stmt = stmt.with_for_update(skip_locked=True, of=table_of(s))
+        return stmt
+
+    return prebuilt(("due-schedules", models.prefix, postgresql), build)
 
 
 def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[str, Any]]) -> None:
@@ -118,6 +132,7 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
             "error": value("error"),
             "fired_count": table.c.fired_count + value("sent"),
         },
+        name="advance-schedules",
     )
 
 

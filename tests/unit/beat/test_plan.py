@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from celery_gaffer.beat import plan
 from celery_gaffer.beat.plan import PART_CACHE, usable_row
 from celery_gaffer.exceptions import GafferError
 from celery_gaffer.store.schedules import DueSchedule
@@ -63,3 +64,27 @@ def test_the_cache_is_bounded() -> None:
     for n in range(PART_CACHE):
         usable_row(row(f"s{n}", id=n, args=f"[{n}]"), parts)
     assert len(parts) <= PART_CACHE
+
+
+def test_rows_sharing_only_their_payload_validate_it_once_and_keep_their_own_schedules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validated: list[str] = []
+    real = plan.validate_entry
+
+    def counting(**entry: Any) -> Any:
+        validated.append(entry["name"])
+        return real(**entry)
+
+    monkeypatch.setattr(plan, "validate_entry", counting)
+    other = json.dumps({"kind": "cron", "expr": "30 6 * * *", "tz": "UTC", "jitter": 0.0})
+    parts: dict[tuple[Any, ...], Any] = {}
+    first, _ = usable_row(row("a"), parts)
+    second, second_payload = usable_row(row("b", id=2, schedule=other), parts)
+    assert validated == ["a"]  # the payload and policy once; the schedule parsed on its own
+    assert second.schedule.to_dict()["expr"] == "30 6 * * *"
+    assert first.schedule.to_dict()["expr"] == "0 9 * * *"
+    # The same answer as without the cache.
+    alone, alone_payload = usable_row(row("b", id=2, schedule=other))
+    assert alone == second
+    assert alone_payload == second_payload
