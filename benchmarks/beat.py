@@ -217,10 +217,17 @@ class BareSender:
         self.producer = app.amqp.Producer(self.connection, auto_declare=False)
         self.broker = redis_client(BROKER_DB)
 
-    def rate(self, n: int, *, pool: bool = False, batch: bool = False) -> float:
-        """Messages/s of the loop; ``batch``: in kombu publish batches of BATCH messages."""
+    def rate(
+        self, n: int, *, pool: bool = False, batch: bool = False, as_gaffer: bool = False
+    ) -> float:
+        """Messages/s of the loop; ``batch``: in kombu publish batches of BATCH messages;
+        ``as_gaffer``: each batch inside gaffer's ``declared_once`` (the queue goes to
+        kombu's declaration cache once a batch, as gaffer publishes)."""
         from contextlib import nullcontext
         from uuid import uuid4
+
+        if as_gaffer:
+            from celery_gaffer.beat.publisher import declared_once
 
         app, producer = self.app, None if pool else self.producer
         if pool:
@@ -230,7 +237,10 @@ class BareSender:
         started = time.perf_counter()
         step = BATCH if batch else n
         for first in range(0, n, step):
-            with producer.batch(max_size=10_000) if batch else nullcontext():
+            with (
+                producer.batch(max_size=10_000) if batch else nullcontext(),
+                declared_once(producer) if as_gaffer else nullcontext(),
+            ):
                 for _ in range(min(step, n - first)):
                     app.send_task(
                         TASK,
@@ -249,11 +259,15 @@ class BareSender:
         return n / elapsed
 
 
-def _dispatch_reps(app: Any, tick: Any, make_due: Any, params: dict[str, Any]) -> dict[str, Any]:
+def _dispatch_reps(
+    app: Any, tick: Any, make_due: Any, params: dict[str, Any], *, as_gaffer: bool = False
+) -> dict[str, Any]:
     """Paired repetitions: a bare send_task loop, then the scheduler's dispatch.
 
     The machine is shared, so each dispatch is compared with a bare loop measured right
     before it in the same process; the medians over repetitions are reported.
+    ``as_gaffer``: also the batched loop publishing as gaffer does (its CPU per message
+    is what gaffer's publishing costs, the rest of Beat's CPU per fire is the ledger's).
     """
     bare = BareSender(app)
     broker = redis_client(BROKER_DB)
@@ -261,6 +275,10 @@ def _dispatch_reps(app: Any, tick: Any, make_due: Any, params: dict[str, Any]) -
     for rep in range(params["reps"]):
         batched_rate = bare.rate(DUE, batch=True)
         batched_cpu_us = bare.cpu_us_per_send
+        as_gaffer_cpu_us = None
+        if as_gaffer:
+            bare.rate(DUE, batch=True, as_gaffer=True)
+            as_gaffer_cpu_us = bare.cpu_us_per_send
         bare_rate = bare.rate(DUE)
         expected = make_due(rep)
         broker.delete(QUEUE)
@@ -272,6 +290,7 @@ def _dispatch_reps(app: Any, tick: Any, make_due: Any, params: dict[str, Any]) -
         run["vs_batched"] = run["rate"] / batched_rate if run["rate"] else None
         run["bare_cpu_us"] = bare.cpu_us_per_send
         run["batched_cpu_us"] = batched_cpu_us
+        run["as_gaffer_cpu_us"] = as_gaffer_cpu_us
         run["vs_bare"] = run["rate"] / bare_rate if run["rate"] else None
         runs.append(run)
     return {
@@ -287,6 +306,7 @@ def _dispatch_reps(app: Any, tick: Any, make_due: Any, params: dict[str, Any]) -
         "cpu_us_per_fire": median([r["cpu_us_per_fire"] for r in runs]),
         "bare_cpu_us": median([r["bare_cpu_us"] for r in runs]),
         "batched_cpu_us": median([r["batched_cpu_us"] for r in runs]),
+        "as_gaffer_cpu_us": (median([r["as_gaffer_cpu_us"] for r in runs]) if as_gaffer else None),
         "reps": runs,
     }
 
@@ -373,7 +393,7 @@ def worker_gaffer_beat(params: dict[str, Any]) -> dict[str, Any]:
         return made
 
     scheduler.producer  # noqa: B018 - connect to the broker before the clock starts
-    dispatch = _dispatch_reps(app, scheduler.tick, make_due, params)
+    dispatch = _dispatch_reps(app, scheduler.tick, make_due, params, as_gaffer=True)
     with psycopg.connect(pg_dsn(params["db"]), autocommit=True) as conn:
         sent = conn.execute("SELECT count(*) FROM gaffer_fires WHERE state = 'sent'").fetchone()
     return {
@@ -923,11 +943,19 @@ def report(run: Run) -> bool:
         vs_batched = r.get("vs_batched")
         share = ""
         if r.get("cpu_us_per_fire") and r.get("batched_cpu_us"):
-            ledger = 1 - r["batched_cpu_us"] / r["cpu_us_per_fire"]
             share = (
                 f"; Beat CPU per fire {r['cpu_us_per_fire']:.0f} us vs {r['batched_cpu_us']:.0f}"
-                f" us batched bare: the ledger {ledger:.0%} of it"
+                " us batched bare"
             )
+            publishing = r.get("as_gaffer_cpu_us")
+            if publishing:
+                # Gaffer publishes for less than the bare loop (each queue to kombu's
+                # declaration cache once a batch): its own publishing is the reference.
+                ledger = r["cpu_us_per_fire"] - publishing
+                share += (
+                    f"; gaffer's publishing alone {publishing:.0f} us, the ledger the rest:"
+                    f" {ledger:.0f} us, {ledger / r['cpu_us_per_fire']:.0%}"
+                )
         checks.append(
             (
                 f"N={n:,}: gaffer dispatch / batched bare send_task >= {TARGET_GAFFER_VS_BATCHED}",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -124,7 +124,10 @@ def _send_batch(
     batch = getattr(producer, "batch", None)  # kombu >= 5.7
     sent: list[Fire] = []
     try:
-        with batch(max_size=BATCH_OPERATIONS) if batch is not None else nullcontext():
+        with (
+            batch(max_size=BATCH_OPERATIONS) if batch is not None else nullcontext(),
+            declared_once(producer),
+        ):
             for fire in fires:
                 if fire.schedule in refused:
                     continue
@@ -162,6 +165,44 @@ def _send_batch(
             },
         )
     return sent
+
+
+@contextmanager
+def declared_once(producer: Any) -> Iterator[None]:
+    """While inside, ``producer`` looks up each queue (or exchange) in kombu's
+    declaration cache once per channel, not once per message.
+
+    Celery asks the producer to declare the message's queue with every message, and
+    kombu copies the queue, binds the copy to the channel and hashes it to find it in
+    its cache each time: a fifth of what publishing a message costs. Inside, a queue
+    this producer already passed to ``maybe_declare`` on the same channel is not passed
+    again (kombu has just declared it, or found it declared). The first message of each
+    batch, and the first after a reconnect (a new channel), still go through kombu.
+    """
+    original = getattr(producer, "maybe_declare", None)
+    if original is None or not hasattr(producer, "__dict__"):
+        yield
+        return
+    # The entities themselves are kept, so that no id is reused while inside.
+    seen: dict[tuple[int, int], Any] = {}
+
+    def maybe_declare(entity: Any, retry: bool = False, **retry_policy: Any) -> Any:
+        key = (id(producer.channel), id(entity))
+        if key in seen:
+            return False
+        declared = original(entity, retry, **retry_policy)
+        seen[key] = entity
+        return declared
+
+    shadowed = "maybe_declare" in vars(producer)
+    producer.maybe_declare = maybe_declare
+    try:
+        yield
+    finally:
+        if shadowed:
+            producer.maybe_declare = original
+        else:
+            del producer.maybe_declare
 
 
 def _transient_errors(producer: Any) -> tuple[type[BaseException], ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -369,6 +370,26 @@ def test_trigger_sends_one_manual_fire_with_its_own_key(
         fire_task_id(first),
         fire_task_id(second),
     ]
+
+
+def test_a_tick_reads_the_due_rows_json_as_stored_text(app: Celery, clock: FrozenClock) -> None:
+    # As text on both databases (psycopg would decode PostgreSQL's json): the tick
+    # decodes only the texts its cache has not seen.
+    from celery_gaffer.store.schedules import claim_due_schedules
+
+    ScheduleStore(app, clock=clock).add(
+        "t1", "t.noop", every(60), args=[1, "two"], kwargs={"b": [3], "a": None},
+        options={"priority": 5},
+    )  # fmt: skip
+    database = database_for(app)
+    with database.begin() as conn:
+        (row,) = claim_due_schedules(conn, database.models, clock.advance(60), 10)
+    stored = (row.schedule, row.args, row.kwargs, row.options)
+    assert all(isinstance(value, str) for value in stored), stored
+    assert [json.loads(value) for value in stored[1:]] == [
+        [1, "two"], {"b": [3], "a": None}, {"priority": 5},
+    ]  # fmt: skip
+    assert json.loads(row.schedule)["interval"] == 60
 
 
 def test_backfill_sends_past_fires_once(app: Celery, clock: FrozenClock, redis_url: str) -> None:

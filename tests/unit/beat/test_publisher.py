@@ -1,12 +1,14 @@
-"""A fire's message headers, as the publisher spells them out, are FireHeaders' own."""
+"""A fire's message headers, as the publisher spells them out, are FireHeaders' own; a
+publish batch passes each queue to kombu's declaration cache once."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
-from celery_gaffer.beat.publisher import fire_headers
+from celery_gaffer.beat.publisher import declared_once, fire_headers
 from celery_gaffer.protocol import FireHeaders, Overlap, fire_key, fire_task_id
 from celery_gaffer.store.fires import Fire
 from celery_gaffer.store.schedules import Payload
@@ -28,3 +30,54 @@ def test_fire_headers_are_those_of_fire_headers_for_the_fire(
     assert FireHeaders.of(fire_headers(fire, payload)).overlap == (
         None if overlap == Overlap.ALLOW else overlap
     )
+
+
+class _Producer:
+    """A producer whose ``maybe_declare`` records each entity it is given."""
+
+    def __init__(self) -> None:
+        self.channel: object = object()
+        self.declared: list[tuple[object, object]] = []
+        self.fail = False
+
+    def maybe_declare(self, entity: object, retry: bool = False, **policy: Any) -> bool:
+        if self.fail:
+            raise ConnectionError("broker gone")
+        self.declared.append((self.channel, entity))
+        return True
+
+
+def test_inside_declared_once_an_entity_goes_to_kombu_once_per_channel() -> None:
+    producer, queue, other = _Producer(), object(), object()
+    with declared_once(producer):
+        assert producer.maybe_declare(queue, retry=True) is True
+        assert producer.maybe_declare(queue, retry=True) is False  # not passed on again
+        producer.maybe_declare(other)
+        first = producer.channel
+        producer.channel = object()  # a reconnect: a new channel, declared again
+        producer.maybe_declare(queue)
+        producer.maybe_declare(queue)
+    assert producer.declared == [(first, queue), (first, other), (producer.channel, queue)]
+    assert "maybe_declare" not in vars(producer)  # the class's method again
+    producer.maybe_declare(queue)
+    assert len(producer.declared) == 4
+
+
+def test_a_failed_declaration_is_tried_again_and_a_shadowing_attribute_comes_back() -> None:
+    producer, queue = _Producer(), object()
+    calls: list[object] = []
+
+    def own(entity: object, retry: bool = False, **policy: Any) -> bool:
+        calls.append(entity)
+        return _Producer.maybe_declare(producer, entity, retry, **policy)
+
+    producer.maybe_declare = own  # type: ignore[method-assign]
+    with declared_once(producer):
+        producer.fail = True
+        with pytest.raises(ConnectionError):
+            producer.maybe_declare(queue)
+        producer.fail = False
+        producer.maybe_declare(queue)
+        producer.maybe_declare(queue)
+    assert calls == [queue, queue]  # the failure was not taken for a declaration
+    assert producer.maybe_declare is own

@@ -1,0 +1,85 @@
+"""Publishing fires through Celery's routing with real Redis: each fire reaches the queue
+its task's route (or its own ``queue`` option) names, and each queue goes to kombu's
+declaration cache once per publish batch rather than once per message."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_gaffer.beat.publisher import PUBLISH_BATCH, send
+from celery_gaffer.protocol import fire_key, fire_task_id
+from celery_gaffer.store.fires import Fire
+from celery_gaffer.store.schedules import Payload
+
+from ...support import broker_messages
+
+NOMINAL = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
+#: Schedule i's task, and the queue its fire must reach.
+ROUTES = [("t.a", {}, "alpha"), ("t.b", {}, "beta"), ("t.a", {"queue": "gamma"}, "gamma")]
+
+
+@pytest.fixture
+def app(redis_url: str) -> Iterator[Celery]:
+    app = Celery("routes-test", broker=redis_url, set_as_current=False)
+    app.conf.task_routes = {"t.a": {"queue": "alpha"}, "t.b": {"queue": "beta"}}
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def fires_and_payloads(count: int) -> tuple[list[Fire], dict[str, Payload], list[str]]:
+    fires, payloads, queues = [], {}, []
+    for i in range(count):
+        task, options, queue = ROUTES[i % len(ROUTES)]
+        name = f"s{i:04d}"
+        nominal = NOMINAL + timedelta(seconds=i)
+        key = fire_key(name, nominal)
+        fires.append(Fire(i + 1, name, nominal, key, fire_task_id(key), "scheduled", 1))
+        payloads[name] = Payload(task, [i], {}, dict(options))
+        queues.append(queue)
+    return fires, payloads, queues
+
+
+def test_each_fire_reaches_its_route_and_each_queue_is_declared_once_a_batch(
+    app: Celery, redis_url: str
+) -> None:
+    count = 2 * PUBLISH_BATCH + 30  # three publish batches
+    fires, payloads, queues = fires_and_payloads(count)
+    with app.connection_for_write() as connection:
+        producer = app.amqp.Producer(connection, auto_declare=False)  # as Beat's
+        declared: list[str] = []
+        kombus = producer.maybe_declare
+
+        def spy(entity: Any, retry: bool = False, **policy: Any) -> Any:
+            declared.append(entity.name)
+            return kombus(entity, retry, **policy)
+
+        producer.maybe_declare = spy
+        published = send(app, fires, payloads, producer)
+        assert producer.maybe_declare is spy  # given back as it was
+    assert len(published.sent) == count
+    assert not published.refused
+
+    for queue in ("alpha", "beta", "gamma"):
+        expected = [fire.task_id for fire, q in zip(fires, queues, strict=True) if q == queue]
+        got = [m["headers"]["id"] for m in broker_messages(redis_url, queue)]
+        assert got == expected, queue
+    assert broker_messages(redis_url, "celery") == []
+    # kombu saw each queue once in each batch it appears in (not once per message)...
+    per_batch = {(start // PUBLISH_BATCH, queue) for start, queue in enumerate(queues)}
+    assert Counter(declared) == Counter(queue for _, queue in per_batch)
+    # ... and declared each one on the broker (the Redis transport's bindings).
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for queue in ("alpha", "beta", "gamma"):
+            assert client.exists(f"_kombu.binding.{queue}"), queue
+    finally:
+        client.close()
