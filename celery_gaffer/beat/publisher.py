@@ -183,15 +183,17 @@ def declared_once(producer: Any) -> Iterator[None]:
     if original is None or not hasattr(producer, "__dict__"):
         yield
         return
-    # The entities themselves are kept, so that no id is reused while inside.
-    seen: dict[tuple[int, int], Any] = {}
+    # The channels and entities themselves are kept, so that no id is reused while
+    # inside (a reconnect's new channel cannot take the old one's).
+    seen: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     def maybe_declare(entity: Any, retry: bool = False, **retry_policy: Any) -> Any:
-        key = (id(producer.channel), id(entity))
+        channel = producer.channel
+        key = (id(channel), id(entity))
         if key in seen:
             return False
         declared = original(entity, retry, **retry_policy)
-        seen[key] = entity
+        seen[key] = (channel, entity)
         return declared
 
     shadowed = "maybe_declare" in vars(producer)

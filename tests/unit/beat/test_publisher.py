@@ -37,13 +37,14 @@ class _Producer:
 
     def __init__(self) -> None:
         self.channel: object = object()
-        self.declared: list[tuple[object, object]] = []
+        #: (id of the channel, entity) of each declaration kombu was asked for.
+        self.declared: list[tuple[int, object]] = []
         self.fail = False
 
     def maybe_declare(self, entity: object, retry: bool = False, **policy: Any) -> bool:
         if self.fail:
             raise ConnectionError("broker gone")
-        self.declared.append((self.channel, entity))
+        self.declared.append((id(self.channel), entity))
         return True
 
 
@@ -57,7 +58,9 @@ def test_inside_declared_once_an_entity_goes_to_kombu_once_per_channel() -> None
         producer.channel = object()  # a reconnect: a new channel, declared again
         producer.maybe_declare(queue)
         producer.maybe_declare(queue)
-    assert producer.declared == [(first, queue), (first, other), (producer.channel, queue)]
+    assert producer.declared == [
+        (id(first), queue), (id(first), other), (id(producer.channel), queue),
+    ]  # fmt: skip
     assert "maybe_declare" not in vars(producer)  # the class's method again
     producer.maybe_declare(queue)
     assert len(producer.declared) == 4
@@ -81,3 +84,14 @@ def test_a_failed_declaration_is_tried_again_and_a_shadowing_attribute_comes_bac
         producer.maybe_declare(queue)
     assert calls == [queue, queue]  # the failure was not taken for a declaration
     assert producer.maybe_declare is own
+
+
+def test_a_new_channel_is_never_taken_for_the_old_one() -> None:
+    # A reconnect drops the old channel; its successor may be allocated at its address.
+    producer, queue = _Producer(), object()
+    with declared_once(producer):
+        producer.maybe_declare(queue)
+        producer.channel = None
+        producer.channel = object()
+        producer.maybe_declare(queue)
+    assert len(producer.declared) == 2
