@@ -69,11 +69,18 @@ class Steps:
         say("   beat-1 and beat-2 both run 'bank-feed' (every 1 s) against one ledger.")
         fire, run = self.models.Fire, self.models.JobRun
         wait_for(
-            "10 runs of bank-feed",
+            "10 runs of bank-feed, their fires marked sent",
             lambda: (
                 self.count(
                     select(func.count()).where(
                         run.schedule == "bank-feed", run.state == "succeeded"
+                    )
+                )
+                >= 10
+                # A worker may run a fire before its Beat marks it sent.
+                and self.count(
+                    select(func.count()).where(
+                        fire.schedule == "bank-feed", fire.state != "pending"
                     )
                 )
                 >= 10
