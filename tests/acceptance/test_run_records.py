@@ -190,7 +190,7 @@ def test_a_run_end_the_database_holds_up_does_not_hold_the_worker_and_is_written
             wait_until(lambda: rows(client, task_id=after.id), timeout=30, what="the next run")
             # ... and ended: its body returned while the earlier end still waits. (A
             # SIGTERM to the group while it ran would kill the pool child mid-task, and
-            # the run would be lost, not ended: a CI failure once.)
+            # the run would end failed: a CI failure once.)
             worker.wait_for_log(f"Task rproj.ok[{after.id}] succeeded", timeout=30)
             assert rows(client, task_id=slow.id)[0]["state"] == "running"
             assert rows(client, task_id=after.id)[0]["state"] == "running"
