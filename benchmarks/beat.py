@@ -222,12 +222,17 @@ class BareSender:
     ) -> float:
         """Messages/s of the loop; ``batch``: in kombu publish batches of BATCH messages;
         ``as_gaffer``: each batch inside gaffer's ``declared_once`` (the queue goes to
-        kombu's declaration cache once a batch, as gaffer publishes)."""
+        kombu's declaration cache once a batch) and each message with the reprs and
+        origin computed once (``message_defaults``), as gaffer publishes."""
         from contextlib import nullcontext
         from uuid import uuid4
 
+        extra: dict[str, Any] = {}
         if as_gaffer:
-            from celery_gaffer.beat.publisher import declared_once
+            from celery_gaffer.beat.publisher import declared_once, message_defaults
+            from celery_gaffer.store.schedules import Payload
+
+            extra = message_defaults(self.app)(Payload(TASK, [], {}, {}))
 
         app, producer = self.app, None if pool else self.producer
         if pool:
@@ -249,6 +254,7 @@ class BareSender:
                         task_id=str(uuid4()),
                         producer=producer,
                         headers=dict(BARE_HEADERS),
+                        **extra,
                     )
         elapsed = time.perf_counter() - started
         self.cpu_us_per_send = 1e6 * (time.process_time() - cpu_started) / n

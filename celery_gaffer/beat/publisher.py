@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery.utils.nodenames import anon_nodename
+from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError as BrokerError
 
 from ..clock import Clock
@@ -35,10 +37,14 @@ def fire_headers(fire: Fire, payload: Payload) -> dict[str, Any]:
     ``allow``, and ``gaffer_ping`` its ping URL when it has one.
     """
     # Spelled out (one dict, no FireHeaders in between): one per fire sent, the hot path.
+    # The key is "{schedule}@{nominal}", the nominal time already formatted as the header
+    # writes it.
+    key, cut = fire.key, len(fire.schedule)
+    nominal = key[cut + 1 :] if key[cut : cut + 1] == "@" else format_nominal(fire.nominal_at)
     headers: dict[str, Any] = {
         _HEADER["schedule"]: fire.schedule,
-        _HEADER["nominal_at"]: format_nominal(fire.nominal_at),
-        _HEADER["key"]: fire.key,
+        _HEADER["nominal_at"]: nominal,
+        _HEADER["key"]: key,
     }
     if payload.overlap != Overlap.ALLOW:
         headers[_HEADER["overlap"]] = str(payload.overlap)
@@ -91,10 +97,45 @@ def publish(
 def send(app: Any, fires: Sequence[Fire], payloads: dict[str, Payload], producer: Any) -> Published:
     """:func:`publish` without marking the sent fires (the caller does, with :func:`mark`)."""
     outcome = Published()
+    defaults = message_defaults(app)
     for start in range(0, len(fires), PUBLISH_BATCH):
         part = fires[start : start + PUBLISH_BATCH]
-        outcome.sent.extend(_send_batch(app, part, payloads, producer, outcome.refused))
+        outcome.sent.extend(_send_batch(app, part, payloads, producer, outcome.refused, defaults))
     return outcome
+
+
+def message_defaults(app: Any) -> Callable[[Payload], dict[str, Any]]:
+    """The message fields Celery computes for every message it sends, computed once a
+    payload's arguments (not once a fire): a payload's ``argsrepr`` and ``kwargsrepr``
+    (Celery's ``saferepr``, with the app's limits) and the ``origin`` header.
+
+    Celery would compute the same values (``send_task`` takes them as options, the way
+    a task hides its arguments from Flower); computed once a send, they save most of
+    what a message costs beside the broker's own work when many fires share
+    arguments (schedules of one task with the same arguments share one list). Options
+    a schedule sets itself win.
+    """
+    amqp = app.amqp
+    maxlevels = app.conf.get("task_repr_maxlevels")  # Celery >= 5.5; 5.4: saferepr's own
+    depth: dict[str, Any] = {} if maxlevels is None else {"maxlevels": maxlevels}
+    origin = anon_nodename()
+    # By the identity of the arguments' objects, kept alive here so that no id is reused.
+    known: dict[tuple[int, int], tuple[Any, Any, dict[str, Any]]] = {}
+
+    def defaults(payload: Payload) -> dict[str, Any]:
+        args, kwargs = payload.args, payload.kwargs
+        key = (id(args), id(kwargs))
+        seen = known.get(key)
+        if seen is None:
+            fields = {
+                "argsrepr": saferepr(args or (), amqp.argsrepr_maxsize, **depth),
+                "kwargsrepr": saferepr(kwargs or {}, amqp.kwargsrepr_maxsize, **depth),
+                "origin": origin,
+            }
+            seen = known[key] = (args, kwargs, fields)
+        return seen[2]
+
+    return defaults
 
 
 def mark(database: Database, sent: Sequence[Fire], clock: Clock) -> None:
@@ -119,6 +160,7 @@ def _send_batch(
     payloads: dict[str, Payload],
     producer: Any,
     refused: dict[str, str],
+    defaults: Callable[[Payload], dict[str, Any]],
 ) -> list[Fire]:
     """Send ``fires``; return those that reached the broker (as far as it said)."""
     batch = getattr(producer, "batch", None)  # kombu >= 5.7
@@ -131,7 +173,7 @@ def _send_batch(
             for fire in fires:
                 if fire.schedule in refused:
                     continue
-                problem = _send(app, fire, payloads[fire.schedule], producer)
+                problem = _send(app, fire, payloads[fire.schedule], producer, defaults)
                 if problem is None:
                     sent.append(fire)
                 elif problem:
@@ -219,10 +261,16 @@ def _transient_errors(producer: Any) -> tuple[type[BaseException], ...]:
     return (*BROKER_ERRORS, *(e for e in extra if isinstance(e, type)))
 
 
-def _send(app: Any, fire: Fire, payload: Payload, producer: Any) -> str | None:
+def _send(
+    app: Any,
+    fire: Fire,
+    payload: Payload,
+    producer: Any,
+    defaults: Callable[[Payload], dict[str, Any]],
+) -> str | None:
     """Send one fire: None when sent, "" after a broker error (it stays pending and is
     published again), else why its payload cannot be sent at all."""
-    options = dict(payload.options)
+    options = {**defaults(payload), **payload.options}
     headers = {**(options.pop("headers", None) or {}), **fire_headers(fire, payload)}
     try:
         app.send_task(

@@ -48,8 +48,9 @@ def aware_utc(value: object, name: str) -> datetime:
 
     Fires are whole seconds, so "after ``value``" and "after its second" are the same.
     """
-    if type(value) is datetime and value.tzinfo is UTC and not value.microsecond:
-        return value  # already one (the common case: every time the store reads)
+    if type(value) is datetime and value.tzinfo is UTC:
+        # Already one (the common case: every time the store reads), or a clock's now.
+        return value.replace(microsecond=0) if value.microsecond else value
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise InvalidSchedule(
             f"{name} must be a timezone-aware datetime, got {value!r}", field=name

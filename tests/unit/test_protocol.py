@@ -14,9 +14,17 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from celery_gaffer.exceptions import InvalidSchedule
-from celery_gaffer.protocol import fire_key, fire_task_id, jitter_delay
+from celery_gaffer.protocol import (
+    NOMINAL_FORMAT,
+    fire_key,
+    fire_task_id,
+    format_nominal,
+    jitter_delay,
+)
 
 UTC = timezone.utc
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +59,40 @@ def test_fire_task_id_is_uuid5_of_the_key() -> None:
     assert UUID(task_id).version == 5
     assert fire_task_id(key) == task_id
     assert fire_task_id("nightly@2026-03-09T07:00:00Z") != task_id
+
+
+@given(st.text())
+def test_fire_task_id_is_uuid5_of_any_key(key: str) -> None:
+    # Computed without uuid5 (the hot path): the same string for every key.
+    assert fire_task_id(key) == str(uuid5(NAMESPACE_URL, "gaffer:" + key))
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from([UTC, ZoneInfo("America/New_York"), ZoneInfo("Asia/Kolkata")]),
+        allow_imaginary=False,
+    )
+)
+def test_format_nominal_is_the_utc_second_of_any_time(nominal: datetime) -> None:
+    expected = nominal.astimezone(UTC).strftime(NOMINAL_FORMAT)
+    # Twice: the second call may come from the cache of formatted UTC times.
+    assert format_nominal(nominal) == expected
+    assert format_nominal(nominal.astimezone(UTC)) == expected
+    assert format_nominal(nominal.astimezone(UTC)) == expected
+
+
+def test_format_nominal_keeps_a_repeated_hour_apart_after_formatting_it_once() -> None:
+    ny = ZoneInfo("America/New_York")
+    first = datetime(2026, 11, 1, 1, 30, tzinfo=ny, fold=0)
+    second = datetime(2026, 11, 1, 1, 30, tzinfo=ny, fold=1)
+    assert first == second
+    assert hash(first) == hash(second)
+    assert format_nominal(first) == "2026-11-01T05:30:00Z"
+    assert format_nominal(second) == "2026-11-01T06:30:00Z"
+    assert format_nominal(first.astimezone(UTC)) == "2026-11-01T05:30:00Z"
+    assert format_nominal(second.astimezone(UTC)) == "2026-11-01T06:30:00Z"
 
 
 def test_jitter_delay_is_in_range_and_spread_evenly() -> None:

@@ -83,3 +83,41 @@ def test_each_fire_reaches_its_route_and_each_queue_is_declared_once_a_batch(
             assert client.exists(f"_kombu.binding.{queue}"), queue
     finally:
         client.close()
+
+
+def test_each_message_carries_the_reprs_and_origin_celery_would_compute(
+    app: Celery, redis_url: str
+) -> None:
+    # Fires sharing one payload's arguments (as schedules of one entry do), fires with
+    # arguments of their own, deep and long arguments (Celery's limits apply), and a
+    # schedule hiding its arguments with Celery's own ``argsrepr`` option.
+    shared_args, shared_kwargs = [1, "two", {"three": [3]}], {"deep": [[[[["x"]]]]]}
+    payloads = {
+        "s0": Payload("t.a", shared_args, shared_kwargs, {}),
+        "s1": Payload("t.a", shared_args, shared_kwargs, {}),
+        "s2": Payload("t.a", ["x" * 5000], {"n": 2}, {}),
+        "s3": Payload("t.a", [3], {}, {"argsrepr": "(<hidden>,)"}),
+        "s4": Payload("t.a", [], {}, {}),
+    }
+    fires = []
+    for i, name in enumerate(payloads):
+        key = fire_key(name, NOMINAL)
+        fires.append(Fire(i + 1, name, NOMINAL, key, fire_task_id(key), "scheduled", 1))
+    with app.connection_for_write() as connection:
+        producer = app.amqp.Producer(connection, auto_declare=False)
+        published = send(app, fires, payloads, producer)
+    assert len(published.sent) == len(fires)
+    headers = {m["headers"]["id"]: m["headers"] for m in broker_messages(redis_url, "alpha")}
+    for fire in fires:
+        payload = payloads[fire.schedule]
+        # What Celery itself writes when given no reprs (send_task's message builder).
+        celery_made = app.amqp.as_task_v2(fire.task_id, "t.a", payload.args, payload.kwargs)
+        expected = celery_made.headers
+        got = headers[fire.task_id]
+        assert got["kwargsrepr"] == expected["kwargsrepr"], fire.schedule
+        assert got["origin"] == expected["origin"]
+        if fire.schedule == "s3":
+            assert got["argsrepr"] == "(<hidden>,)"
+        else:
+            assert got["argsrepr"] == expected["argsrepr"], fire.schedule
+    assert len(headers[fires[2].task_id]["argsrepr"]) < 1100  # Celery's limit held

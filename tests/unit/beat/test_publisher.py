@@ -18,13 +18,14 @@ NOMINAL = datetime(2026, 3, 29, 3, 0, tzinfo=timezone(timedelta(hours=2)))
 
 @pytest.mark.parametrize("overlap", [Overlap.ALLOW, Overlap.FORBID, Overlap.REPLACE])
 @pytest.mark.parametrize("ping_url", [None, "https://hc-ping.com/abc"])
+@pytest.mark.parametrize("name", ["nightly", "a@b@2026-01-01T00:00:00Z"])
 def test_fire_headers_are_those_of_fire_headers_for_the_fire(
-    overlap: str, ping_url: str | None
+    overlap: str, ping_url: str | None, name: str
 ) -> None:
-    key = fire_key("nightly", NOMINAL)
-    fire = Fire(1, "nightly", NOMINAL, key, fire_task_id(key), "scheduled", 1)
+    key = fire_key(name, NOMINAL)
+    fire = Fire(1, name, NOMINAL, key, fire_task_id(key), "scheduled", 1)
     payload = Payload("t.noop", [], {}, {}, overlap, ping_url=ping_url)
-    expected = FireHeaders.for_fire("nightly", NOMINAL, key, overlap, ping_url).as_headers()
+    expected = FireHeaders.for_fire(name, NOMINAL, key, overlap, ping_url).as_headers()
     assert fire_headers(fire, payload) == expected
     assert fire_headers(fire, payload)["gaffer_nominal_at"] == "2026-03-29T01:00:00Z"
     assert FireHeaders.of(fire_headers(fire, payload)).overlap == (
