@@ -12,7 +12,17 @@ the number is the per-task cost; the same process runs every variant):
 * ``gaffer``: a ``GafferTask`` with ``gaffer_key="row:{n}"`` inserting the same row
   through ``self.session()`` (key lookup, key claim at commit, run record rows);
 * ``gaffer+lease``: the same inside an explicit ``self.lease("bench.lease")`` (acquire,
-  renewer thread, fence check at commit, release).
+  renewer thread, fence check at commit, release);
+* ``gaffer+overlap``: the ``gaffer`` task with ``gaffer_overlap="forbid"``;
+* ``keyed``: the floor under ``gaffer``, written by hand: a plain task that does only
+  what an idempotent run must, with no run records and no round trip to spare. In the
+  plain task's transaction it reads its key's state first (one round trip more than
+  ``plain``) and returns if the key is completed; else it inserts the row, then claims
+  the key and commits in one round trip (psycopg's pipeline; a key claimed meanwhile
+  fails the claim and the row is rolled back). ``gaffer`` does the same work (it reads
+  the key with its start record, before the body, which may do work outside the
+  database before it opens a session) and records the run. ``keyed`` vs ``plain`` is
+  what the key itself costs; ``gaffer`` vs ``keyed`` what Gaffer costs on top.
 
 Every message is enqueued to Redis up front (a few warm-up tasks of each variant, then
 N tasks per variant split into ``--blocks`` blocks, interleaved with the variants' order
@@ -85,13 +95,19 @@ BATCH_SIZE = 1000
 TARGET_TASKS = {"gaffer": 0.75, "gaffer+lease": 0.6, "gaffer+overlap": 0.6}
 TARGET_BATCHES = 0.9  # run_batches >= 0.9 x hand-written loop
 
-VARIANTS = ("plain", "gaffer", "gaffer+lease", "gaffer+overlap")
+VARIANTS = ("plain", "keyed", "gaffer", "gaffer+lease", "gaffer+overlap")
+#: Variants that are plain Celery tasks (no run records).
+PLAIN = ("plain", "keyed")
 TASK_OF = {
     "plain": "bench.plain_insert",
+    "keyed": "bench.keyed_insert",
     "gaffer": "bench.gaffer_insert",
     "gaffer+lease": "bench.gaffer_lease_insert",
     "gaffer+overlap": "bench.gaffer_overlap_insert",
 }
+
+#: The ``keyed`` task's claim (a bound parameter; a repeated key fails it).
+CLAIM_SQL = "INSERT INTO bench_keys (key, state, completed_at) VALUES (%s, 'completed', now())"
 
 ROWS_DDL = """
 CREATE TABLE IF NOT EXISTS bench_rows (
@@ -103,6 +119,9 @@ CREATE TABLE IF NOT EXISTS bench_rows (
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE TABLE IF NOT EXISTS bench_timing (id serial PRIMARY KEY, data jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS bench_keys (
+    key text PRIMARY KEY, state text NOT NULL, completed_at timestamptz NOT NULL
+);
 CREATE TABLE IF NOT EXISTS bench_cursors (
     name text PRIMARY KEY, value jsonb, processed bigint NOT NULL DEFAULT 0,
     updated_at timestamptz NOT NULL
@@ -121,12 +140,14 @@ def make_app(dbname: str) -> Any:
     from sqlalchemy import (
         BigInteger,
         Column,
+        DateTime,
         Integer,
         MetaData,
         Table,
         Text,
         create_engine,
         insert,
+        select,
     )
     from sqlalchemy.orm import sessionmaker
 
@@ -153,6 +174,13 @@ def make_app(dbname: str) -> Any:
         Column("task_id", Text),
     )
     Table("bench_timing", meta, Column("id", Integer, primary_key=True), Column("data", Text))
+    keys = Table(
+        "bench_keys",
+        meta,
+        Column("key", Text, primary_key=True),
+        Column("state", Text),
+        Column("completed_at", DateTime(timezone=True)),
+    )
 
     # -- timing receivers: prerun connected BEFORE install(), postrun AFTER it, so the
     #    run-record writes of celery_gaffer fall inside each task's window.
@@ -198,6 +226,26 @@ def make_app(dbname: str) -> Any:
     def plain_insert(self: Any, n: int, tag: str) -> None:
         with plain_sessions().begin() as s:
             s.execute(insert(rows).values(variant="plain", n=n, tag=tag, task_id=self.request.id))
+
+    @app.task(bind=True, name=TASK_OF["keyed"])
+    def keyed_insert(self: Any, n: int, tag: str) -> None:
+        import psycopg
+
+        key = f"krow:{n}"
+        with plain_sessions()() as s:
+            if s.execute(select(keys.c.state).where(keys.c.key == key)).scalar() == "completed":
+                return  # a duplicate: nothing to do (the session's close rolls back)
+            s.execute(insert(rows).values(variant="keyed", n=n, tag=tag, task_id=self.request.id))
+            # The claim and the COMMIT in one round trip (psycopg's pipeline): a key
+            # claimed meanwhile fails the claim, the server skips the COMMIT, and the
+            # session's close rolls the row back.
+            driver: Any = s.connection().connection.driver_connection
+            try:
+                with driver.pipeline():
+                    driver.cursor().execute(CLAIM_SQL, (key,))
+                    driver.cursor().execute("COMMIT")
+            except psycopg.errors.UniqueViolation:
+                return
 
     @app.task(
         base=celery_gaffer.GafferTask, bind=True, gaffer_key="row:{n}", name=TASK_OF["gaffer"]
@@ -410,7 +458,7 @@ def part_tasks(args: argparse.Namespace, cleanup: Cleanup, dbname: str, bench_ap
     runs = dict(
         psql(dbname, "SELECT state, count(*) FROM gaffer_job_runs GROUP BY state", fetch=True)
     )
-    expected_runs = sum(c for _, v, c in plan if v != "plain")
+    expected_runs = sum(c for _, v, c in plan if v not in PLAIN)
     problems = [
         f"{tag}: {counts.get(tag, 0)}/{c} rows" for tag, _, c in plan if counts.get(tag, 0) != c
     ]
@@ -760,6 +808,11 @@ def main(argv: list[str] | None = None) -> int:
                   " between: broker fetch/ack and Celery between tasks")  # fmt: skip
             for problem in res["problems"]:
                 print(f"  CHECK FAILED: {problem}")
+            keyed = res["variants"]["keyed"]
+            over_keyed = res["variants"]["gaffer"]["rate"] / keyed["rate"]
+            print(f"  keyed (the least a keyed task costs, by hand): "
+                  f"{keyed['paired_median']:.2f}x plain paired median; "
+                  f"gaffer {over_keyed:.2f}x keyed overall")  # fmt: skip
             for v in ("gaffer", "gaffer+lease", "gaffer+overlap"):
                 # the verdict uses the paired median (robust to load from elsewhere)
                 ratio = res["variants"][v]["paired_median"]
