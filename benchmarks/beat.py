@@ -21,7 +21,11 @@ entries are ``RedBeatSchedulerEntry(...).save()``-d into Redis and made due by m
 their ``last_run_at`` back a day; django-celery-beat rows are bulk-created in its own
 PostgreSQL database and made due by an ``UPDATE`` of ``last_run_at`` plus
 ``PeriodicTasks.update_changed()`` (the way it notices edits). The bare rate of an
-``app.send_task`` loop to the same broker is the physical limit.
+``app.send_task`` loop to the same broker is the physical limit. Beside Gaffer's dispatch,
+each repetition also times :class:`LedgerFloor`, the least a database-backed fire-once
+ledger does, written by hand on psycopg in the same database (read the due rows, claim
+their fires, move them on, publish as Gaffer does, mark them sent): the floor under
+Gaffer's ratio to the batched loop.
 
 Every measured process is a fresh interpreter. Only 127.0.0.1 is used: PostgreSQL
 databases named ``gaffer_bench_<random>_*`` (dropped at the end, even on failure) and
@@ -265,8 +269,134 @@ class BareSender:
         return n / elapsed
 
 
+class LedgerFloor:
+    """The least a database-backed fire-once ledger does, written by hand on psycopg.
+
+    Its own two tables in the benchmark's database: ``floor_schedules`` (``n`` rows, an
+    index on the next fire) and ``floor_fires`` (the ledger, one row per fire key). For
+    each chunk of :data:`BATCH` due schedules, one transaction reads them (``FOR UPDATE
+    SKIP LOCKED``), claims their fires (``INSERT ... ON CONFLICT DO NOTHING RETURNING``:
+    a fire claimed before is not sent again) and moves their next fire on; then the
+    claimed fires are published in one kombu batch, as Gaffer publishes them (same
+    headers, task ids and per-message options), and marked sent. No catch-up, no
+    schedule kinds, no time zones, no crash recovery beyond the claim: a floor, so that
+    Gaffer's dispatch can be read against what any such ledger must pay.
+    """
+
+    def __init__(self, app: Any, dsn: str, n: int) -> None:
+        import psycopg
+
+        from celery_gaffer.beat.publisher import message_defaults
+        from celery_gaffer.store.schedules import Payload
+
+        self.app = app
+        self.conn = psycopg.connect(dsn)
+        self.connection = app.connection_for_write()
+        self.connection.ensure_connection(max_retries=3)
+        self.producer = app.amqp.Producer(self.connection, auto_declare=False)
+        self.extra = message_defaults(app)(Payload(TASK, [], {}, {}))
+        self.broker = redis_client(BROKER_DB)
+        self.n = n
+        with self.conn.transaction():
+            self.conn.execute(
+                "CREATE TABLE floor_schedules (id bigint PRIMARY KEY, name text NOT NULL,"
+                " next_at timestamptz NOT NULL, every_s integer NOT NULL)"
+            )
+            self.conn.execute(
+                "INSERT INTO floor_schedules SELECT i, 'floor-' || i,"
+                " now() + interval '1 hour' + i * interval '1 second', 86400"
+                " FROM generate_series(1, %s) AS i",
+                (n,),
+            )
+            self.conn.execute("CREATE INDEX ON floor_schedules (next_at)")
+            self.conn.execute(
+                "CREATE TABLE floor_fires (key text PRIMARY KEY, task_id text NOT NULL,"
+                " sent_at timestamptz)"
+            )
+        self.cpu_us_per_fire = 0.0
+
+    def make_due(self, due: int, rep: int) -> None:
+        """Make ``due`` schedules due, a different ``due`` each repetition while they last."""
+        rep %= max(1, self.n // due)
+        with self.conn.transaction():
+            self.conn.execute("TRUNCATE floor_fires")
+            self.conn.execute(
+                "UPDATE floor_schedules SET next_at = now() - interval '1 second'"
+                " WHERE id > %s AND id <= %s",
+                (rep * due, (rep + 1) * due),
+            )
+
+    def rate(self, due: int) -> float:
+        """Fires/s dispatching the ``due`` fires made due (all must reach the broker)."""
+        from uuid import NAMESPACE_URL, uuid5
+
+        from celery_gaffer.beat.publisher import declared_once
+
+        conn, app, producer = self.conn, self.app, self.producer
+        self.broker.delete(QUEUE)
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+        while True:
+            with conn.transaction():
+                rows = conn.execute(
+                    "SELECT id, name, next_at FROM floor_schedules WHERE next_at <= now()"
+                    " ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                    (BATCH,),
+                ).fetchall()
+                if not rows:
+                    break
+                keys = [f"{name}@{at:%Y-%m-%dT%H:%M:%SZ}" for _, name, at in rows]
+                ids = [str(uuid5(NAMESPACE_URL, "gaffer:" + key)) for key in keys]
+                claimed = conn.execute(
+                    "INSERT INTO floor_fires (key, task_id)"
+                    " SELECT * FROM unnest(%s::text[], %s::text[])"
+                    " ON CONFLICT DO NOTHING RETURNING key, task_id",
+                    (keys, ids),
+                ).fetchall()
+                conn.execute(
+                    "UPDATE floor_schedules SET next_at = next_at + make_interval(secs => every_s)"
+                    " WHERE id = ANY(%s)",
+                    ([row[0] for row in rows],),
+                )
+            with producer.batch(max_size=10_000), declared_once(producer):
+                for key, task_id in claimed:
+                    schedule, _, nominal = key.partition("@")
+                    app.send_task(
+                        TASK,
+                        args=[],
+                        kwargs={},
+                        task_id=task_id,
+                        producer=producer,
+                        headers={
+                            "celery_beat_task": True,
+                            "gaffer_schedule": schedule,
+                            "gaffer_nominal_at": nominal,
+                            "gaffer_key": key,
+                        },
+                        **self.extra,
+                    )
+            with conn.transaction():
+                conn.execute(
+                    "UPDATE floor_fires SET sent_at = now() WHERE key = ANY(%s)",
+                    ([key for key, _ in claimed],),
+                )
+        elapsed = time.perf_counter() - started
+        self.cpu_us_per_fire = 1e6 * (time.process_time() - cpu_started) / due
+        queued = int(self.broker.llen(QUEUE))
+        self.broker.delete(QUEUE)
+        if queued != due:
+            raise RuntimeError(f"ledger floor: {queued} of {due} messages reached the broker")
+        return due / elapsed
+
+
 def _dispatch_reps(
-    app: Any, tick: Any, make_due: Any, params: dict[str, Any], *, as_gaffer: bool = False
+    app: Any,
+    tick: Any,
+    make_due: Any,
+    params: dict[str, Any],
+    *,
+    as_gaffer: bool = False,
+    floor: LedgerFloor | None = None,
 ) -> dict[str, Any]:
     """Paired repetitions: a bare send_task loop, then the scheduler's dispatch.
 
@@ -274,6 +404,7 @@ def _dispatch_reps(
     before it in the same process; the medians over repetitions are reported.
     ``as_gaffer``: also the batched loop publishing as gaffer does (its CPU per message
     is what gaffer's publishing costs, the rest of Beat's CPU per fire is the ledger's).
+    ``floor``: also the ledger written by hand (:class:`LedgerFloor`), after the loops.
     """
     bare = BareSender(app)
     broker = redis_client(BROKER_DB)
@@ -286,6 +417,9 @@ def _dispatch_reps(
             bare.rate(DUE, batch=True, as_gaffer=True)
             as_gaffer_cpu_us = bare.cpu_us_per_send
         bare_rate = bare.rate(DUE)
+        if floor is not None:
+            floor.make_due(DUE, rep)
+            floor_rate = floor.rate(DUE)
         expected = make_due(rep)
         broker.delete(QUEUE)
         with _Phase(params, f"dispatch{rep}"):
@@ -298,6 +432,9 @@ def _dispatch_reps(
         run["batched_cpu_us"] = batched_cpu_us
         run["as_gaffer_cpu_us"] = as_gaffer_cpu_us
         run["vs_bare"] = run["rate"] / bare_rate if run["rate"] else None
+        if floor is not None:
+            run["floor_vs_batched"] = floor_rate / batched_rate
+            run["floor_cpu_us"] = floor.cpu_us_per_fire
         runs.append(run)
     return {
         "due": runs[-1]["due"],
@@ -313,6 +450,8 @@ def _dispatch_reps(
         "bare_cpu_us": median([r["bare_cpu_us"] for r in runs]),
         "batched_cpu_us": median([r["batched_cpu_us"] for r in runs]),
         "as_gaffer_cpu_us": (median([r["as_gaffer_cpu_us"] for r in runs]) if as_gaffer else None),
+        "floor_vs_batched": (median([r["floor_vs_batched"] for r in runs]) if floor else None),
+        "floor_cpu_us": median([r["floor_cpu_us"] for r in runs]) if floor else None,
         "reps": runs,
     }
 
@@ -399,7 +538,8 @@ def worker_gaffer_beat(params: dict[str, Any]) -> dict[str, Any]:
         return made
 
     scheduler.producer  # noqa: B018 - connect to the broker before the clock starts
-    dispatch = _dispatch_reps(app, scheduler.tick, make_due, params, as_gaffer=True)
+    floor = LedgerFloor(app, pg_dsn(params["db"]), n) if due == DUE else None
+    dispatch = _dispatch_reps(app, scheduler.tick, make_due, params, as_gaffer=True, floor=floor)
     with psycopg.connect(pg_dsn(params["db"]), autocommit=True) as conn:
         sent = conn.execute("SELECT count(*) FROM gaffer_fires WHERE state = 'sent'").fetchone()
     return {
@@ -962,6 +1102,11 @@ def report(run: Run) -> bool:
                     f"; gaffer's publishing alone {publishing:.0f} us, the ledger the rest:"
                     f" {ledger:.0f} us, {ledger / r['cpu_us_per_fire']:.0%}"
                 )
+        if r.get("floor_vs_batched"):
+            share += (
+                f"; the ledger written by hand (the floor) {r['floor_vs_batched']:.2f}x,"
+                f" {r['floor_cpu_us']:.0f} us CPU per fire"
+            )
         checks.append(
             (
                 f"N={n:,}: gaffer dispatch / batched bare send_task >= {TARGET_GAFFER_VS_BATCHED}",
