@@ -521,6 +521,12 @@ def part_tasks(args: argparse.Namespace, cleanup: Cleanup, dbname: str, bench_ap
     ]
     if runs.get("succeeded", 0) != expected_runs or len(runs) != 1:
         problems.append(f"gaffer_job_runs states {runs} (expected {expected_runs} succeeded)")
+    by_hand = dict(
+        psql(dbname, "SELECT state, count(*) FROM bench_runs GROUP BY state", fetch=True)
+    )
+    expected_by_hand = sum(c for _, v, c in plan if v == "recorded")
+    if by_hand != {"succeeded": expected_by_hand}:
+        problems.append(f"bench_runs states {by_hand} (expected {expected_by_hand} succeeded)")
 
     # Per variant: all its tasks over the sum of its block windows (first start to last
     # finish of each block); per block, the ratio to the plain block of the same cycle.
