@@ -262,11 +262,16 @@ class BareSender:
                     )
         elapsed = time.perf_counter() - started
         self.cpu_us_per_send = 1e6 * (time.process_time() - cpu_started) / n
-        queued = int(self.broker.llen(QUEUE))
-        self.broker.delete(QUEUE)
-        if queued != n:
-            raise RuntimeError(f"bare loop: {queued} of {n} messages reached the broker")
+        _drain(self.broker, n, "bare loop")
         return n / elapsed
+
+
+def _drain(broker: Any, expected: int, what: str) -> None:
+    """Empty the queue; raise unless ``expected`` messages had reached it."""
+    queued = int(broker.llen(QUEUE))
+    broker.delete(QUEUE)
+    if queued != expected:
+        raise RuntimeError(f"{what}: {queued} of {expected} messages reached the broker")
 
 
 class LedgerFloor:
@@ -291,11 +296,9 @@ class LedgerFloor:
 
         self.app = app
         self.conn = psycopg.connect(dsn)
-        self.connection = app.connection_for_write()
-        self.connection.ensure_connection(max_retries=3)
-        self.producer = app.amqp.Producer(self.connection, auto_declare=False)
+        sender = BareSender(app)  # its producer and broker client, as Beat's would be
+        self.producer, self.broker = sender.producer, sender.broker
         self.extra = message_defaults(app)(Payload(TASK, [], {}, {}))
-        self.broker = redis_client(BROKER_DB)
         self.n = n
         with self.conn.transaction():
             self.conn.execute(
@@ -382,10 +385,7 @@ class LedgerFloor:
                 )
         elapsed = time.perf_counter() - started
         self.cpu_us_per_fire = 1e6 * (time.process_time() - cpu_started) / due
-        queued = int(self.broker.llen(QUEUE))
-        self.broker.delete(QUEUE)
-        if queued != due:
-            raise RuntimeError(f"ledger floor: {queued} of {due} messages reached the broker")
+        _drain(self.broker, due, "ledger floor")
         return due / elapsed
 
 

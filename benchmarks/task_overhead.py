@@ -246,25 +246,29 @@ def make_app(dbname: str) -> Any:
         with plain_sessions().begin() as s:
             s.execute(insert(rows).values(variant="plain", n=n, tag=tag, task_id=self.request.id))
 
-    @app.task(bind=True, name=TASK_OF["keyed"])
-    def keyed_insert(self: Any, n: int, tag: str) -> None:
+    def claim_and_commit(s: Any, key: str) -> bool:
+        """Claim ``key`` and commit ``s``'s transaction in one round trip (psycopg's
+        pipeline); False when the key was claimed meanwhile: the claim fails, the server
+        skips the COMMIT, and the session's close rolls the writes back."""
         import psycopg
 
+        driver: Any = s.connection().connection.driver_connection
+        try:
+            with driver.pipeline():
+                driver.cursor().execute(CLAIM_SQL, (key,))
+                driver.cursor().execute("COMMIT")
+        except psycopg.errors.UniqueViolation:
+            return False
+        return True
+
+    @app.task(bind=True, name=TASK_OF["keyed"])
+    def keyed_insert(self: Any, n: int, tag: str) -> None:
         key = f"krow:{n}"
         with plain_sessions()() as s:
             if s.execute(select(keys.c.state).where(keys.c.key == key)).scalar() == "completed":
                 return  # a duplicate: nothing to do (the session's close rolls back)
             s.execute(insert(rows).values(variant="keyed", n=n, tag=tag, task_id=self.request.id))
-            # The claim and the COMMIT in one round trip (psycopg's pipeline): a key
-            # claimed meanwhile fails the claim, the server skips the COMMIT, and the
-            # session's close rolls the row back.
-            driver: Any = s.connection().connection.driver_connection
-            try:
-                with driver.pipeline():
-                    driver.cursor().execute(CLAIM_SQL, (key,))
-                    driver.cursor().execute("COMMIT")
-            except psycopg.errors.UniqueViolation:
-                return
+            claim_and_commit(s, key)
 
     def run_records() -> Any:
         """This process's connection for the ``recorded`` task's run records."""
@@ -280,8 +284,6 @@ def make_app(dbname: str) -> Any:
 
     @app.task(bind=True, name=TASK_OF["recorded"])
     def recorded_insert(self: Any, n: int, tag: str) -> None:
-        import psycopg
-
         key = f"rrow:{n}"
         records = run_records()
         task_id = self.request.id
@@ -293,14 +295,7 @@ def make_app(dbname: str) -> Any:
                 return
             with plain_sessions()() as s:
                 s.execute(insert(rows).values(variant="recorded", n=n, tag=tag, task_id=task_id))
-                driver: Any = s.connection().connection.driver_connection
-                try:
-                    with driver.pipeline():
-                        driver.cursor().execute(CLAIM_SQL, (key,))
-                        driver.cursor().execute("COMMIT")
-                    outcome = "succeeded"
-                except psycopg.errors.UniqueViolation:
-                    outcome = "duplicate"
+                outcome = "succeeded" if claim_and_commit(s, key) else "duplicate"
         finally:
             records.execute(END_SQL, (outcome, run_id))
 
