@@ -7,6 +7,13 @@ nothing waits on that write, ``task_postrun`` hands it to this process's
 :class:`EndWriter`, whose thread writes the ends in the order they came while the
 worker goes on to the next message: the record says ``running`` a moment longer.
 
+The thread lets ends gather for :data:`LINGER` seconds after the first one comes, then
+writes all that came: ends queued as :class:`Grouped` with the same group one after the
+other are written together (one statement sent for all of them, in one round trip and
+one transaction). A busy worker's thread thus wakes a few times a second, not once a
+task: its CPU, and the time the task's thread waits for the interpreter lock while it
+runs, are spread over many ends.
+
 What a crash leaves is what it left before: a worker killed after a run's last write
 and before its end record is written (now a moment later) leaves the row ``running``,
 and Beat marks it ``lost`` when its heartbeat stops; the run's effect and its key are
@@ -17,11 +24,11 @@ worker shuts down are written first, for up to :data:`CLOSE_TIMEOUT` seconds
 goes on until its end is written: a queued end is not a lost run.
 
 An end is written in the task's own thread, after the ends queued before it
-(:meth:`EndWriter.write_in_order`), when something waits on it: a run
-in the caller's process (eager or direct), a run that still holds leases (the end
-record frees them, and the next run may need them now), a retry (its fire is checked
-again), or when the queue is full (:data:`MAX_QUEUED`: the database is slower than the
-worker) or closed.
+(:meth:`EndWriter.write_in_order`, which does not wait out the linger), when something
+waits on it: a run in the caller's process (eager or direct), a run that still holds
+leases (the end record frees them, and the next run may need them now), a retry (its
+fire is checked again), or when the queue is full (:data:`MAX_QUEUED`: the database is
+slower than the worker) or closed.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ import atexit
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..exceptions import one_line
@@ -42,6 +51,25 @@ logger = logging.getLogger("celery_gaffer.runs")
 MAX_QUEUED = 1000
 #: Seconds a shutdown waits for the queued ends to be written.
 CLOSE_TIMEOUT = 10.0
+#: Seconds the thread lets ends gather before it writes them (the longest an end record
+#: waits for company; a shutdown or an end written in order cuts it short).
+LINGER = 0.05
+
+Write = Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Grouped:
+    """An end that can be written together with others of its ``group``:
+    ``write_all(items)`` writes the ``item`` of each of them (and logs its own failures);
+    called alone, it writes its own."""
+
+    group: Hashable
+    item: Any
+    write_all: Callable[[list[Any]], None]
+
+    def __call__(self) -> None:
+        self.write_all([self.item])
 
 
 class EndWriter:
@@ -50,15 +78,18 @@ class EndWriter:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.queue: deque[Callable[[], None]] = deque()
+        self.queue: deque[Write] = deque()
         self.wake = threading.Condition(self.lock)
+        # Set (under the lock) while an end that something waits on is queued, and at
+        # close: the thread then writes without lingering.
+        self.hurry = threading.Event()
         self.thread: threading.Thread | None = None
         self.closed = False
-        self.writing = False
+        self.writing = 0  # ends taken off the queue and being written
 
-    def submit(self, write: Callable[[], None]) -> bool:
-        """Queue ``write``; False when the caller must write it itself (queue full or
-        closed)."""
+    def submit(self, write: Write, *, urgent: bool = False) -> bool:
+        """Queue ``write`` (a callable, or a :class:`Grouped`); False when the caller must
+        write it itself (queue full or closed). ``urgent``: written without lingering."""
         with self.lock:
             if self.closed or len(self.queue) >= MAX_QUEUED:
                 return False
@@ -70,10 +101,12 @@ class EndWriter:
                 # shutdown) still writes what is queued.
                 atexit.register(self.close)
             self.queue.append(write)
+            if urgent:
+                self.hurry.set()
             self.wake.notify()
         return True
 
-    def write_in_order(self, write: Callable[[], None]) -> None:
+    def write_in_order(self, write: Write) -> None:
         """Write ``write`` in the caller's thread once the ends queued before it are
         written: a run's end that something waits on never overtakes an earlier one
         (two ends of one schedule update its facts in the order the runs ended)."""
@@ -90,7 +123,7 @@ class EndWriter:
             finally:
                 done.set()
 
-        if not self.submit(queued):
+        if not self.submit(queued, urgent=True):
             write()
             return
         done.wait()
@@ -101,11 +134,12 @@ class EndWriter:
         with self.lock:
             self.closed = True
             thread = self.thread
+            self.hurry.set()
             self.wake.notify()
         if thread is not None:
             thread.join(timeout)
         with self.lock:
-            left = len(self.queue) + (1 if self.writing else 0)
+            left = len(self.queue) + self.writing
         if left:
             logger.warning(
                 "%d run end records not written at shutdown (the database is slow or "
@@ -122,19 +156,56 @@ class EndWriter:
                     self.wake.wait()
                 if not self.queue:
                     return  # closed, and everything written
-                write = self.queue.popleft()
-                self.writing = True
+            # Let more ends come: one write for many (cut short by hurry).
+            self.hurry.wait(LINGER)
+            with self.lock:
+                ends = list(self.queue)
+                self.queue.clear()
+                self.hurry.clear()
+                self.writing = len(ends)
             try:
-                write()
-            except Exception as exc:  # noqa: BLE001 - each write logs its own; never stop
-                logger.error(
-                    "writing a run end record failed: %s",
-                    one_line(exc),
-                    extra={"action": "run_record_failed"},
-                )
+                for write in _in_groups(ends):
+                    _write_quietly(write)
             finally:
                 with self.lock:
-                    self.writing = False
+                    self.writing = 0
+
+
+def _in_groups(ends: list[Write]) -> list[Write]:
+    """``ends`` in their order, each run of :class:`Grouped` ends of one group next to
+    each other made one write."""
+    writes: list[Write] = []
+    i = 0
+    while i < len(ends):
+        first = ends[i]
+        if not isinstance(first, Grouped):
+            writes.append(first)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(ends):
+            other = ends[j]
+            if not (isinstance(other, Grouped) and other.group == first.group):
+                break
+            j += 1
+        if j == i + 1:
+            writes.append(first)
+        else:
+            items = [end.item for end in ends[i:j] if isinstance(end, Grouped)]
+            writes.append(partial(first.write_all, items))
+        i = j
+    return writes
+
+
+def _write_quietly(write: Write) -> None:
+    try:
+        write()
+    except Exception as exc:  # noqa: BLE001 - each write logs its own; never stop
+        logger.error(
+            "writing a run end record failed: %s",
+            one_line(exc),
+            extra={"action": "run_record_failed"},
+        )
 
 
 def end_writer() -> EndWriter:

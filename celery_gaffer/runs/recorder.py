@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any, TypeVar
 
 from celery import signals, states
@@ -30,7 +31,7 @@ from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
 from ..store.database import driver_reason
 from .delivery import Delivery, DeliveryPolicy
-from .endings import end_writer
+from .endings import Grouped, Write, end_writer
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
 from .pings import END_EVENTS, ping
@@ -96,6 +97,13 @@ def once_more_if_stale(attempt: Callable[[], T]) -> T:
         if not (isinstance(cause, DBAPIError) and cause.connection_invalidated):
             raise
         return attempt()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached (not a statement's error)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 def _record_failed(what: str, task_id: str, exc: BaseException) -> None:
@@ -274,11 +282,45 @@ class Recorder:
             or request.called_directly
             or request.is_eager
         )
+        queued: Write = write
+        if not (waited_on or headers.schedule):
+            # Only its run row to update: written with the ends queued beside it.
+            queued = Grouped(
+                (database.settings.database_url, database.models.prefix, tuple(sorted(values))),
+                (row_id, task_id, values),
+                partial(self.write_ends, database),
+            )
         writer = end_writer()
-        if waited_on or not writer.submit(write):
-            writer.write_in_order(write)
+        if waited_on or not writer.submit(queued):
+            writer.write_in_order(queued)
         if outcome in END_EVENTS:
             ping(headers.ping, END_EVENTS[outcome], task_id)
+
+    def write_ends(self, database: Database, ends: list[tuple[Any, str, dict[str, Any]]]) -> None:
+        """Record the ends of runs that hold nothing and belong to no schedule, ``(row
+        id, task id, values)`` each, all with the same columns, in one statement; when
+        that fails on a statement error, each alone (each failure logged with its run)."""
+        heartbeat = heartbeat_for(self.app)
+
+        def write(some: list[tuple[Any, str, dict[str, Any]]]) -> None:
+            with database.autocommit(relaxed=True) as conn:
+                run_rows.finish_runs(
+                    conn, database.models, [(row_id, values) for row_id, _, values in some]
+                )
+
+        try:
+            once_more_if_stale(lambda: write(ends))
+        except Exception as exc:  # noqa: BLE001 - a run record never breaks the task
+            if len(ends) > 1 and not _unreachable(exc):
+                for end in ends:  # one bad row does not cost the others their record
+                    self.write_ends(database, [end])
+                return
+            for _, task_id, _ in ends:
+                _record_failed("end", task_id, exc)
+        finally:
+            # Kept fresh until its end is written: a queued end is not a lost run.
+            for row_id, _, _ in ends:
+                heartbeat.discard(row_id)
 
     def revoked(
         self, sender: Any = None, request: Any = None, terminated: bool = False, **_: Any

@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 
 from ..protocol import RunState
+from . import fastpath
 from .dbclock import db_now
 from .keys import COMPLETED
 from .leases import RELEASED, acquire_statement, held_by
@@ -112,6 +113,24 @@ def finish_statement(models: Models, columns: Iterable[str], *, release: bool = 
         return statement.add_cte(released).returning(freed)
 
     return prebuilt((models.prefix, "run_finish", names, release), build)
+
+
+def finish_params(values: dict[str, Any], row_id: Any) -> dict[str, Any]:
+    """The parameters of :func:`finish_statement` that end the run row ``row_id``."""
+    params = {"b_" + name: value for name, value in values.items()}
+    params["b_row_id"] = row_id
+    return params
+
+
+def finish_runs(
+    conn: Connection, models: Models, ends: Sequence[tuple[Any, dict[str, Any]]]
+) -> None:
+    """End several run rows, ``(row id, values)`` each, every ``values`` with the same
+    columns: one statement sent for all of them (one round trip on PostgreSQL)."""
+    statement = finish_statement(models, ends[0][1])
+    fastpath.execute_many(
+        conn, statement, [finish_params(values, row_id) for row_id, values in ends]
+    )
 
 
 #: States a run ends in (every state but ``running``).

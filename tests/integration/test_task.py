@@ -546,9 +546,9 @@ def test_a_workers_run_end_goes_to_the_writer_thread_unless_something_waits_on_i
     queued: list[str] = []
     submit = endings.EndWriter.submit
 
-    def spy(self: endings.EndWriter, write: Any) -> bool:
+    def spy(self: endings.EndWriter, write: Any, **options: Any) -> bool:
         queued.append(current[0])
-        return submit(self, write)
+        return submit(self, write, **options)
 
     monkeypatch.setattr(endings.EndWriter, "submit", spy)
     current = [""]

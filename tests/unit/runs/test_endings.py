@@ -11,7 +11,7 @@ import pytest
 from celery_gaffer.runs import endings
 from celery_gaffer.runs.endings import EndWriter
 
-WAIT = 10.0  # seconds a test waits for the writer's thread at most (it never sleeps)
+WAIT = 10.0  # seconds a test waits for the writer's thread at most (it only lingers 50 ms)
 
 
 def test_ends_are_written_in_the_order_they_came_on_one_thread() -> None:
@@ -118,3 +118,74 @@ def test_an_end_written_in_order_with_nothing_queued_is_written_in_the_callers_t
     writer.write_in_order(lambda: threads.append(threading.current_thread().name))
     assert threads == [threading.current_thread().name]
     assert writer.thread is None
+
+
+def grouped(group: str, item: int, calls: list[tuple[str, list[int]]]) -> endings.Grouped:
+    return endings.Grouped(group, item, lambda items: calls.append((group, list(items))))
+
+
+def test_grouped_ends_queued_side_by_side_are_written_together_in_their_order() -> None:
+    writer = EndWriter()
+    gate = threading.Event()
+    started = threading.Event()
+    calls: list[tuple[str, list[int]]] = []
+    writer.submit(lambda: (started.set(), gate.wait(WAIT)))
+    assert started.wait(WAIT)  # being written: everything below queues up behind it
+    for item in (1, 2, 3):
+        writer.submit(grouped("a", item, calls))
+    writer.submit(grouped("b", 4, calls))
+    writer.submit(lambda: calls.append(("plain", [])))
+    for item in (5, 6):
+        writer.submit(grouped("a", item, calls))
+    gate.set()
+    assert writer.close(WAIT)
+    assert calls == [("a", [1, 2, 3]), ("b", [4]), ("plain", []), ("a", [5, 6])]
+
+
+def test_a_grouped_end_alone_writes_its_own_item() -> None:
+    calls: list[tuple[str, list[int]]] = []
+    grouped("a", 7, calls)()
+    assert calls == [("a", [7])]
+
+
+def test_the_thread_lets_ends_gather_but_an_end_written_in_order_does_not_wait_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(endings, "LINGER", 3600.0)  # gathering would outlast the test
+    writer = EndWriter()
+    calls: list[tuple[str, list[int]]] = []
+    writer.submit(grouped("a", 1, calls))
+    writer.submit(grouped("a", 2, calls))
+    assert calls == []  # still gathering
+    done = threading.Event()
+    threading.Thread(
+        target=lambda: (writer.write_in_order(lambda: calls.append(("in order", []))), done.set()),
+        daemon=True,
+    ).start()
+    assert done.wait(WAIT)
+    assert calls == [("a", [1, 2]), ("in order", [])]
+    writer.submit(grouped("a", 3, calls))
+    assert writer.close(WAIT)  # a shutdown does not wait for the gathering either
+    assert calls[-1] == ("a", [3])
+
+
+def test_close_counts_every_end_of_a_group_being_written_as_not_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer = EndWriter()
+    gate = threading.Event()
+    started = threading.Event()
+
+    def slow(items: list[int]) -> None:
+        started.set()
+        gate.wait(WAIT)
+
+    for item in range(3):
+        writer.submit(endings.Grouped("a", item, slow))
+    writer.hurry.set()
+    assert started.wait(WAIT)
+    with caplog.at_level(logging.WARNING, logger="celery_gaffer.runs"):
+        assert not writer.close(timeout=0.05)
+    gate.set()
+    (record,) = [r for r in caplog.records if r.name == "celery_gaffer.runs"]
+    assert record.getMessage().startswith("3 run end records not written at shutdown")
