@@ -160,25 +160,6 @@ def execute(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Outc
     return Rows(plan.convert(rows), rowcount)
 
 
-def execute_many(conn: Connection, statement: Any, params: Sequence[Mapping[str, Any]]) -> None:
-    """Run ``statement`` (built once) once for each of ``params``, reading no rows: all
-    sent together in one round trip, and one transaction on an autocommit connection
-    (psycopg's ``executemany`` pipelines them: when one fails, none is applied)."""
-    plan = _plan_for(conn, statement, reading=False) if conn.dialect.driver == "psycopg" else None
-    if plan is None:
-        conn.execute(statement, [dict(p) for p in params])
-        return
-    bound = [plan.bind(p) for p in params]
-    driver: Any = conn.connection.driver_connection
-    cursor = None
-    try:
-        cursor = driver.cursor()
-        cursor.executemany(plan.sql, bound)
-        cursor.close()
-    except BaseException as exc:  # noqa: BLE001 - it re-raises, as SQLAlchemy does
-        conn._handle_dbapi_exception(exc, plan.sql, bound, cursor, None)
-
-
 def can_copy(conn: Connection) -> bool:
     """Whether :func:`copy_rows` can stream rows with ``COPY`` (PostgreSQL with psycopg)."""
     return conn.dialect.driver == "psycopg" and hasattr(conn, "_handle_dbapi_exception")

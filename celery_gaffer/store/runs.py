@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 
 from ..protocol import RunState
-from . import fastpath
+from .arrays import update_many
 from .dbclock import db_now
 from .keys import COMPLETED
 from .leases import RELEASED, acquire_statement, held_by
@@ -122,14 +122,38 @@ def finish_params(values: dict[str, Any], row_id: Any) -> dict[str, Any]:
     return params
 
 
+#: The element type of each column a run's end record sets (:func:`finish_runs`).
+END_COLUMN_TYPES = {
+    "state": "str",
+    "finished_at": "datetime",
+    "duration": "float",
+    "key": "str",
+    "fence": "bigint",
+    "error_type": "str",
+    "error_message": "text",
+}
+
+
 def finish_runs(
     conn: Connection, models: Models, ends: Sequence[tuple[Any, dict[str, Any]]]
 ) -> None:
     """End several run rows, ``(row id, values)`` each, every ``values`` with the same
-    columns: one statement sent for all of them (one round trip on PostgreSQL)."""
-    statement = finish_statement(models, ends[0][1])
-    fastpath.execute_many(
-        conn, statement, [finish_params(values, row_id) for row_id, values in ends]
+    columns (of :data:`END_COLUMN_TYPES`): on PostgreSQL one ``UPDATE ... FROM unnest``
+    (one round trip, all or none), elsewhere one executemany."""
+    names = sorted(ends[0][1])
+    columns = [("id", "bigint"), *((name, END_COLUMN_TYPES[name]) for name in names)]
+
+    def values(value_of: Any) -> dict[str, Any]:
+        return {**{name: value_of(name) for name in names}, "updated_at": db_now()}
+
+    update_many(
+        conn,
+        table_of(models.JobRun),
+        "id",
+        columns,
+        [{"id": row_id, **row} for row_id, row in ends],
+        values,
+        name="run_finish_many:" + ",".join(names),
     )
 
 

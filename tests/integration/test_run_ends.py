@@ -78,6 +78,39 @@ def test_the_ends_of_a_workers_runs_are_written_together_in_one_statement(
     assert batches == [5]
     assert states(app, "t.mark") == ["succeeded"] * 5
     assert marks(app) == [f"mark {n}" for n in range(5)]
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        rows = conn.execute(
+            select(runs.key, runs.finished_at, runs.duration, runs.error_type).order_by(runs.id)
+        ).all()
+    assert [row.key for row in rows] == [f"mark:{n}" for n in range(5)]
+    assert all(row.finished_at is not None and row.duration >= 0 for row in rows)
+    assert {row.error_type for row in rows} == {None}
+
+
+def test_failed_runs_ends_keep_their_errors_when_written_together(app: Celery) -> None:
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.fail")
+    def fail(self: GafferTask, n: int) -> None:
+        raise ValueError(f"bad input {n}")
+
+    writer = endings.end_writer()
+    gate = hold_up(writer)
+    tracer = build_tracer(fail.name, fail, app=app, eager=False)
+    for n in range(3):
+        task_id = f"fail-{n}-{time.monotonic_ns()}"
+        tracer(task_id, (n,), {}, {"id": task_id, "delivery_info": {}})
+    gate.set()
+    writer.write_in_order(lambda: None)
+    database = database_for(app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        rows = conn.execute(
+            select(runs.state, runs.error_type, runs.error_message).order_by(runs.id)
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        ("failed", "ValueError", f"bad input {n}") for n in range(3)
+    ]
 
 
 def test_a_bad_end_in_a_batch_costs_only_its_own_record(
