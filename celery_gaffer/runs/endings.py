@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import partial
+from itertools import groupby
 from typing import Any
 
 from ..exceptions import one_line
@@ -175,25 +176,17 @@ def _in_groups(ends: list[Write]) -> list[Write]:
     """``ends`` in their order, each run of :class:`Grouped` ends of one group next to
     each other made one write."""
     writes: list[Write] = []
-    i = 0
-    while i < len(ends):
-        first = ends[i]
-        if not isinstance(first, Grouped):
-            writes.append(first)
-            i += 1
-            continue
-        j = i + 1
-        while j < len(ends):
-            other = ends[j]
-            if not (isinstance(other, Grouped) and other.group == first.group):
-                break
-            j += 1
-        if j == i + 1:
-            writes.append(first)
+
+    def group_of(end: Write) -> tuple[str, Hashable]:
+        return ("group", end.group) if isinstance(end, Grouped) else ("alone", id(end))
+
+    for _, side_by_side in groupby(ends, key=group_of):
+        same = list(side_by_side)
+        items = [end.item for end in same if isinstance(end, Grouped)]
+        if len(items) > 1 and isinstance(same[0], Grouped):
+            writes.append(partial(same[0].write_all, items))
         else:
-            items = [end.item for end in ends[i:j] if isinstance(end, Grouped)]
-            writes.append(partial(first.write_all, items))
-        i = j
+            writes.extend(same)
     return writes
 
 

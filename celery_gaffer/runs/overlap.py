@@ -31,7 +31,7 @@ from ..fencing.leases import Lease, LeaseClient
 from ..protocol import Overlap
 from ..store import Database, fastpath
 from ..store.database import is_lock_timeout
-from ..store.runs import finish_params, finish_statement, start_statement
+from ..store.runs import finish_statement, start_statement
 from .delivery import Delivery, DeliveryPolicy, Taken
 
 logger = logging.getLogger("celery_gaffer.runs")
@@ -134,7 +134,8 @@ def record_end(
 ) -> list[Lease]:
     """Record the run's end (``values``), freeing ``held[0]`` in the same statement; the
     leases still to free (the others, and the first when its row was locked right then)."""
-    params = finish_params(values, row_id)
+    params = {"b_" + name: value for name, value in values.items()}
+    params["b_row_id"] = row_id
     if not held:
         fastpath.execute(conn, finish_statement(database.models, values), params)
         return []

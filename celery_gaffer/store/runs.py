@@ -115,13 +115,6 @@ def finish_statement(models: Models, columns: Iterable[str], *, release: bool = 
     return prebuilt((models.prefix, "run_finish", names, release), build)
 
 
-def finish_params(values: dict[str, Any], row_id: Any) -> dict[str, Any]:
-    """The parameters of :func:`finish_statement` that end the run row ``row_id``."""
-    params = {"b_" + name: value for name, value in values.items()}
-    params["b_row_id"] = row_id
-    return params
-
-
 #: The element type of each column a run's end record sets (:func:`finish_runs`).
 END_COLUMN_TYPES = {
     "state": "str",

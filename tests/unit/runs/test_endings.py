@@ -67,12 +67,20 @@ def test_close_says_in_one_line_how_many_ends_were_not_written(
     writer.submit(lambda: (started.set(), gate.wait(WAIT)))
     writer.submit(lambda: None)
     assert started.wait(WAIT)
+    record = closed_too_soon(writer, gate, caplog)
+    assert record.getMessage().startswith("2 run end records not written at shutdown")
+    assert record.exc_info is None
+
+
+def closed_too_soon(
+    writer: EndWriter, gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> logging.LogRecord:
+    """Close ``writer`` while its thread waits for ``gate``; the one line it logged."""
     with caplog.at_level(logging.WARNING, logger="celery_gaffer.runs"):
         assert not writer.close(timeout=0.05)
     gate.set()
     (record,) = [r for r in caplog.records if r.name == "celery_gaffer.runs"]
-    assert record.getMessage().startswith("2 run end records not written at shutdown")
-    assert record.exc_info is None
+    return record
 
 
 def test_a_failing_end_is_one_line_and_the_next_is_still_written(
@@ -184,8 +192,5 @@ def test_close_counts_every_end_of_a_group_being_written_as_not_written(
         writer.submit(endings.Grouped("a", item, slow))
     writer.hurry.set()
     assert started.wait(WAIT)
-    with caplog.at_level(logging.WARNING, logger="celery_gaffer.runs"):
-        assert not writer.close(timeout=0.05)
-    gate.set()
-    (record,) = [r for r in caplog.records if r.name == "celery_gaffer.runs"]
+    record = closed_too_soon(writer, gate, caplog)
     assert record.getMessage().startswith("3 run end records not written at shutdown")
