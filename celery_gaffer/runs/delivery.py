@@ -71,6 +71,15 @@ class Delivery:
         return found
 
 
+def first_delivery(request: Any) -> bool:
+    """Whether a Celery request is its task id's first delivery: not a retry, and not
+    marked redelivered by the broker (RabbitMQ, and kombu's Redis transport when it
+    restores an unacknowledged message). No run row can precede it, except where a
+    client sent the same task id twice on purpose."""
+    info = getattr(request, "delivery_info", None) or {}
+    return not (request.retries or info.get("redelivered"))
+
+
 class DeliveryPolicy:
     """What the run recorder asks of a Gaffer task (``GafferTask`` implements it).
 

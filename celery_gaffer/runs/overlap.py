@@ -59,8 +59,10 @@ def start_taking(
     overlap: tuple[str, bool],
     delivery: Delivery,
     hostname: str | None,
+    counted: bool = True,
 ) -> Any:
-    """Record the run's start and take its overlap lease in one statement; the row.
+    """Record the run's start and take its overlap lease in one statement; the row
+    (``counted``: as :func:`~celery_gaffer.store.runs.start_statement` takes it).
 
     Sets ``delivery.taken``. On a lock timeout (a holder is committing on the
     lease row right now) records the start alone and leaves the lease to the run.
@@ -68,7 +70,9 @@ def start_taking(
     name, steal = overlap
     owner = new_owner(hostname, params["task_id"])
     ttl = float(database.settings.lease_ttl)
-    statement = start_statement(database.models, with_key_state=with_key_state, acquire=steal)
+    statement = start_statement(
+        database.models, with_key_state=with_key_state, acquire=steal, counted=counted
+    )
     try:
         with database.leases() as conn:
             taking = {**params, "name": name, "owner": owner, "ttl": ttl}
@@ -76,7 +80,7 @@ def start_taking(
     except OperationalError as exc:
         if not is_lock_timeout(exc):
             raise
-        plain = start_statement(database.models, with_key_state=with_key_state)
+        plain = start_statement(database.models, with_key_state=with_key_state, counted=counted)
         with database.autocommit(relaxed=True) as conn:
             return fastpath.execute(conn, plain, params).one()
     fence = row[-1]

@@ -30,7 +30,7 @@ from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
 from ..store.database import driver_reason
-from .delivery import Delivery, DeliveryPolicy
+from .delivery import Delivery, DeliveryPolicy, first_delivery
 from .endings import Grouped, Write, end_writer
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
@@ -165,6 +165,7 @@ class Recorder:
                 "worker": request.hostname,
                 "run_key": key,
             }
+            counted = not first_delivery(request)
             overlap = overlap_to_take(task, database)
 
             def record_start() -> Any:
@@ -177,9 +178,10 @@ class Recorder:
                         overlap=overlap,
                         delivery=delivery,
                         hostname=request.hostname,
+                        counted=counted,
                     )
                 statement = run_rows.start_statement(
-                    database.models, with_key_state=key is not None
+                    database.models, with_key_state=key is not None, counted=counted
                 )
                 with database.autocommit(relaxed=True) as conn:
                     return fastpath.execute(conn, statement, params).one()

@@ -34,10 +34,15 @@ from .prebuilt import prebuilt
 START_COLUMNS = ("task_id", "task_name", "schedule", "nominal_at", "key", "started_at", "worker")
 
 
-def start_statement(models: Models, *, with_key_state: bool, acquire: bool | None = None) -> Any:
+def start_statement(
+    models: Models, *, with_key_state: bool, acquire: bool | None = None, counted: bool = True
+) -> Any:
     """``INSERT`` a ``running`` row, returning its id (and the state of ``:run_key``).
 
-    ``attempt`` is one more than the rows already recorded for the task id.
+    ``attempt`` is one more than the rows already recorded for the task id (``counted``),
+    or 1 (a task id's first delivery: see
+    :func:`celery_gaffer.runs.delivery.first_delivery`), which spares the
+    statement an index probe into every partition of the table.
 
     ``acquire`` (PostgreSQL; True: stealing): the same statement also acquires the lease
     ``:name`` for ``:owner`` (parameters of :func:`~celery_gaffer.store.leases.acquire`) and
@@ -47,12 +52,14 @@ def start_statement(models: Models, *, with_key_state: bool, acquire: bool | Non
 
     def build() -> Any:
         table = table_of(models.JobRun)
-        previous = (
-            select(func.count() + 1)
-            .select_from(table)
-            .where(table.c.task_id == bindparam("task_id"))
-            .scalar_subquery()
-        )
+        attempt: Any = 1
+        if counted:
+            attempt = (
+                select(func.count() + 1)
+                .select_from(table)
+                .where(table.c.task_id == bindparam("task_id"))
+                .scalar_subquery()
+            )
         returning: list[Any] = [table.c.id]
         if with_key_state:
             keys = table_of(models.IdempotencyKey)
@@ -71,10 +78,10 @@ def start_statement(models: Models, *, with_key_state: bool, acquire: bool | Non
             returning.append(select(acquired.c.fence).scalar_subquery())
         values: dict[str, Any] = {name: bindparam(name) for name in START_COLUMNS}
         return statement.values(
-            **values, attempt=previous, state=RunState.RUNNING, updated_at=db_now()
+            **values, attempt=attempt, state=RunState.RUNNING, updated_at=db_now()
         ).returning(*returning)
 
-    return prebuilt((models.prefix, "run_start", with_key_state, acquire), build)
+    return prebuilt((models.prefix, "run_start", with_key_state, acquire, counted), build)
 
 
 def finish_statement(models: Models, columns: Iterable[str], *, release: bool = False) -> Any:

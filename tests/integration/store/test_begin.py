@@ -1,0 +1,134 @@
+"""A transaction's BEGIN sent with its first statement, on real PostgreSQL: one round trip
+fewer (read from libpq's trace of the protocol), and transactions that behave exactly as
+with psycopg's own BEGIN: rolled back, failed, isolated, read-only, autocommit."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, InternalError
+
+from celery_gaffer.store.engine import get_engine
+
+
+@pytest.fixture
+def engine(postgres_url: str) -> Iterator[Engine]:
+    engine = get_engine(make_url(postgres_url))
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS begin_probe (id int PRIMARY KEY)"))
+        conn.execute(text("TRUNCATE begin_probe"))
+    yield engine
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE begin_probe"))
+
+
+def traced(conn: Connection, work: Any) -> list[list[str]]:
+    """Run ``work()`` with libpq tracing ``conn``; the frontend messages of each round
+    trip (a run of messages sent before the server's answers to them)."""
+    from psycopg import pq
+
+    pgconn = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            work()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        lines = trace.read().splitlines()
+    trips: list[list[str]] = []
+    sending = False
+    for line in lines:
+        direction, _length, message = line.split("\t", 2)
+        if direction != "F":
+            sending = False
+            continue
+        if not sending:
+            trips.append([])
+            sending = True
+        trips[-1].append(message)
+    return trips
+
+
+def count(conn: Connection) -> int:
+    return int(conn.execute(text("SELECT count(*) FROM begin_probe")).scalar_one())
+
+
+def test_the_first_statement_carries_the_begin_one_round_trip_fewer(engine: Engine) -> None:
+    with engine.connect() as conn:
+        for _ in range(10):  # as on a busy connection: psycopg has prepared both by now
+            conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 0})
+            conn.rollback()
+
+        def work() -> None:
+            conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+            conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 2})
+            conn.commit()
+
+        trips = traced(conn, work)
+    # BEGIN and the first INSERT together; the second INSERT; the COMMIT. (psycopg
+    # prepares a statement it sent often: then only its Bind and Execute show.)
+    assert len(trips) == 3, trips
+    assert [message.startswith("Execute") for message in trips[0]].count(True) == 2
+    assert [message.startswith("Execute") for message in trips[1]].count(True) == 1
+    with engine.connect() as conn:
+        assert count(conn) == 2
+
+
+def test_a_rollback_undoes_the_first_statement(engine: Engine) -> None:
+    with engine.connect() as conn:
+        conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+        conn.rollback()
+        assert count(conn) == 0
+
+
+def test_a_failed_first_statement_leaves_a_failed_transaction_to_roll_back(
+    engine: Engine,
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+    with engine.connect() as conn:
+        with pytest.raises(IntegrityError):
+            conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+        with pytest.raises(InternalError, match="current transaction is aborted"):
+            conn.execute(text("SELECT :x"), {"x": 1})
+        conn.rollback()
+        conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 2})
+        conn.commit()
+        assert count(conn) == 2
+
+
+def test_the_isolation_level_and_read_only_setting_begin_the_transaction(
+    engine: Engine,
+) -> None:
+    with engine.connect() as conn:
+        serializable = conn.execution_options(isolation_level="SERIALIZABLE")
+        level = serializable.execute(
+            text("SELECT current_setting(:name)"), {"name": "transaction_isolation"}
+        )
+        assert level.scalar_one() == "serializable"
+        conn.rollback()
+    with engine.connect() as conn:
+        read_only = conn.execution_options(postgresql_readonly=True)
+        with pytest.raises(InternalError, match="read-only transaction"):
+            read_only.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+        conn.rollback()
+
+
+def test_autocommit_and_server_side_cursors_keep_psycopgs_own_path(engine: Engine) -> None:
+    with engine.connect() as conn:
+        auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+        auto.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+        with engine.connect() as other:
+            assert count(other) == 1  # committed by itself: no BEGIN was sent
+    with engine.connect() as conn:
+        streamed = conn.execution_options(stream_results=True, max_row_buffer=2)
+        rows = streamed.execute(text("SELECT generate_series(1, :n)"), {"n": 5})
+        assert [row[0] for row in rows] == [1, 2, 3, 4, 5]
+        conn.rollback()
