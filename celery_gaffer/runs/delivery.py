@@ -74,8 +74,9 @@ class Delivery:
 def first_delivery(request: Any) -> bool:
     """Whether a Celery request is its task id's first delivery: not a retry, and not
     marked redelivered by the broker (RabbitMQ, and kombu's Redis transport when it
-    restores an unacknowledged message). No run row can precede it, except where a
-    client sent the same task id twice on purpose."""
+    restores an unacknowledged message). A message sent again under the same task id
+    (by a client, or by Beat republishing a fire it could not confirm) is one too: the
+    run rows of such a task id may precede it."""
     info = getattr(request, "delivery_info", None) or {}
     return not (request.retries or info.get("redelivered"))
 
