@@ -7,9 +7,10 @@ updates), whose arrays psycopg sends in its binary format.
 Through :meth:`Connection.execute` each costs about 70 µs of CPU in SQLAlchemy's
 execution context and result objects, as much as psycopg and the round trip together.
 :func:`execute` runs such a statement, built once and compiled once by SQLAlchemy with
-bound parameters, on the psycopg connection under the SQLAlchemy one, and returns its
-rows. The transaction is the SQLAlchemy connection's (the driver connection is the
-same), so nothing changes but the cost.
+bound parameters, on the psycopg connection under the SQLAlchemy one (on libpq's
+protocol directly, :mod:`.wire`, sending the transaction's ``BEGIN`` with it when one is
+to open), and returns its rows. The transaction is the SQLAlchemy connection's (the
+driver connection is the same), so nothing changes but the cost.
 
 Parameters get SQLAlchemy's bind processing, and returned values its result processing
 (a UTC datetime column comes back an aware UTC datetime). Errors go through SQLAlchemy's
@@ -23,7 +24,9 @@ it), :func:`execute` is
 its ``before_cursor_execute`` events.
 
 :func:`commit` sends statements and the transaction's ``COMMIT`` in one round trip
-(psycopg's pipeline mode): see :mod:`celery_gaffer.fencing.seal`.
+(libpq's pipeline mode): see :mod:`celery_gaffer.fencing.seal`. Where :mod:`.wire` cannot
+be used (a libpq without pipeline mode, a psycopg without the parts it uses), psycopg's
+cursor and pipeline do the same.
 
 SQLAlchemy's ``Connection._handle_dbapi_exception`` is private API: the project's
 dependency range stops below the next SQLAlchemy minor release, and the tests run on
@@ -39,6 +42,7 @@ from sqlalchemy import ARRAY, Connection, Float
 from sqlalchemy.sql.compiler import Compiled
 
 from ..runtime import runtime
+from . import wire
 
 
 class Outcome(Protocol):
@@ -83,7 +87,7 @@ class Rows:
 class _Plan:
     """A statement compiled for one dialect: its SQL, and how to bind its parameters."""
 
-    __slots__ = ("compiled", "processors", "results", "sql")
+    __slots__ = ("compiled", "processors", "results", "sql", "wire")
 
     def __init__(
         self,
@@ -99,6 +103,7 @@ class _Plan:
         for name in arrays:
             sql = sql.replace(f"%({name})s", f"%({name})b")
         self.sql = sql
+        self.wire = wire.WireSQL(sql) if compiled.dialect.driver == "psycopg" else None
         self.processors = processors  # parameter name -> SQLAlchemy's conversion of it
         # SQLAlchemy's conversion of each returned column (None: none), when any has one.
         self.results = list(results) if any(p is not None for p in results) else None
@@ -147,6 +152,12 @@ def execute(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Outc
         return conn.execute(statement, dict(params))
     bound = plan.bind(params)
     driver: Any = conn.connection.driver_connection
+    if plan.wire is not None and wire.usable(driver):
+        try:
+            ((rows, rowcount),) = wire.send(driver, [(plan.wire, bound)])
+        except BaseException as exc:  # noqa: BLE001 - it re-raises, as SQLAlchemy does
+            conn._handle_dbapi_exception(exc, plan.sql, bound, None, None)
+        return Rows(plan.convert(rows), rowcount)
     cursor = None
     try:
         cursor = driver.cursor()
@@ -209,7 +220,7 @@ _pipeline_supported: bool | None = None
 def commit(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
     """Run ``statements`` and then COMMIT ``conn``'s transaction, in one round trip.
 
-    psycopg's pipeline mode sends them together. When a statement fails, the server
+    libpq's pipeline mode sends them together. When a statement fails, the server
     skips everything after it, the COMMIT included: the error is raised as SQLAlchemy
     raises it (``exc.orig.sqlstate`` tells which), and the transaction, failed, is left
     for the caller to roll back. Only where :func:`pipelines` is true.
@@ -225,6 +236,10 @@ def commit(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]
     if not planned and driver.pgconn.transaction_status == _IDLE:
         return  # no transaction was begun and nothing is to be written: nothing to send
     try:
+        wired = [(plan.wire, bound) for plan, bound in planned if plan.wire is not None]
+        if len(wired) == len(planned) and wire.usable(driver):
+            wire.send(driver, wired, commit=True)
+            return
         with driver.pipeline():  # one Sync, sent when the block ends
             for plan, bound in planned:
                 driver.cursor().execute(plan.sql, bound)

@@ -45,6 +45,10 @@ def traced(conn: Connection, work: Any) -> list[list[str]]:
     trips: list[list[str]] = []
     sending = False
     for line in lines:
+        if line.count("\t") < 2:  # a statement's text runs on over several lines
+            if sending:
+                trips[-1][-1] += "\n" + line
+            continue
         direction, _length, message = line.split("\t", 2)
         if direction != "F":
             sending = False

@@ -1,0 +1,220 @@
+"""Gaffer's own statements sent on libpq's protocol directly (psycopg's ``pq`` layer).
+
+Through ``cursor.execute`` a statement costs about 50 µs of psycopg's Python (cursor,
+query conversion, result objects), and statements sent together in psycopg's pipeline
+mode about 100 µs more (its pipeline keeps a queue of commands and one of results, each
+a Python object): on a local network more CPU than the round trip they save. :func:`send`
+does what those do for :mod:`.fastpath`'s statements with psycopg's own parts: its
+adapters (a :class:`psycopg.adapt.Transformer` dumps the parameters and loads the rows,
+exactly as a cursor would), its C generators that send and receive without blocking,
+and its errors; the rest is libpq's API as psycopg exposes it (``PGconn``: extended
+query protocol, prepared statements, pipeline mode). The statements, the transaction's
+``BEGIN`` before them (when the connection is not in autocommit mode and no transaction
+is open: psycopg's own start command, with the connection's isolation level) and, if
+asked, its ``COMMIT`` after them go in one pipeline: one round trip.
+
+Prepared statements are psycopg's: its manager of the connection (private, as are the
+transaction's start command and the pending-maintenance check; a psycopg without them
+takes the cursor's path) counts each statement's executions and has it prepared when it
+has run ``prepare_threshold`` times, here in the same round trip as that execution, so
+that PostgreSQL parses and plans it once (unprepared, a run's start record and key claim
+take a quarter more wall time). It forgets them when psycopg deallocates its statements
+(a rollback, ``DISCARD ALL``); a connection whose ``prepare_threshold`` is None
+(PgBouncer in transaction mode) prepares nothing.
+
+A statement's SQL is converted once from the driver's ``%(name)s`` placeholders to
+libpq's ``$1`` (:class:`WireSQL`); its values travel as bound parameters, never in the
+SQL text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_PLACEHOLDER = re.compile(rb"%\(([^)]+)\)([sbt])|%%")
+_COMMAND_OK = 1  # psycopg.pq.ExecStatus.COMMAND_OK
+_TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK
+_FATAL_ERROR = 7  # psycopg.pq.ExecStatus.FATAL_ERROR
+_PIPELINE_SYNC = 10  # psycopg.pq.ExecStatus.PIPELINE_SYNC
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
+
+_usable: bool | None = None
+
+
+def usable(driver: Any) -> bool:
+    """Whether :func:`send` can run statements on the psycopg connection ``driver`` now:
+    its libpq has pipeline mode, psycopg the parts used here, and no maintenance of its
+    prepared statements is pending (psycopg's next statement does that first)."""
+    global _usable
+    if _usable is None:
+        import psycopg
+
+        _usable = bool(psycopg.Pipeline.is_supported()) and hasattr(
+            psycopg.Connection, "_get_tx_start_command"
+        )
+    if not _usable or driver.closed:
+        return False
+    manager = getattr(driver, "_prepared", None)
+    pending = getattr(manager, "_to_flush", getattr(manager, "_maint_commands", None))
+    return pending is not None and not pending
+
+
+class _Query:
+    """What psycopg's prepared statements manager reads of a query."""
+
+    __slots__ = ("query", "types")
+
+    def __init__(self, query: bytes, types: Any) -> None:
+        self.query = query
+        self.types = types
+
+
+class WireSQL:
+    """A statement's SQL in libpq's form: ``$n`` placeholders, and the parameter (and
+    psycopg's format for it) that each one takes."""
+
+    __slots__ = ("formats", "names", "sql")
+
+    def __init__(self, sql: str) -> None:
+        from psycopg.adapt import PyFormat
+
+        names: list[str] = []
+        formats: list[PyFormat] = []
+        kinds = {b"s": PyFormat.AUTO, b"b": PyFormat.BINARY, b"t": PyFormat.TEXT}
+
+        def number(match: re.Match[bytes]) -> bytes:
+            if match.group(1) is None:
+                return b"%"  # a literal percent sign
+            name = match.group(1).decode()
+            if name not in names:
+                names.append(name)
+                formats.append(kinds[match.group(2)])
+            return b"$%d" % (names.index(name) + 1)
+
+        self.sql = _PLACEHOLDER.sub(number, sql.encode())
+        self.names = tuple(names)
+        self.formats = tuple(formats)
+
+
+def send(
+    driver: Any, statements: Sequence[tuple[WireSQL, Mapping[str, Any]]], *, commit: bool = False
+) -> list[tuple[list[tuple[Any, ...]], int]]:
+    """Run ``statements`` (each with its parameters, by name) on the psycopg connection
+    ``driver``, then ``COMMIT`` if asked, in one round trip; each statement's rows and
+    row count.
+
+    A failed statement raises psycopg's error for it (``sqlstate`` set); in a transaction
+    the server then skips the rest, the ``COMMIT`` too, and the transaction is left
+    failed for the caller to roll back. A connection that could not be read to the end
+    (lost, interrupted) is closed, so that nobody reads its leftovers.
+    """
+    from psycopg._preparing import Prepare
+    from psycopg.adapt import Transformer
+    from psycopg.generators import execute, fetch_many
+    from psycopg.generators import send as flush
+
+    pgconn = driver.pgconn
+    manager = driver._prepared
+    sent = []
+    for wire, params in statements:
+        tx = Transformer(driver)
+        values = tx.dump_sequence([params[name] for name in wire.names], wire.formats)
+        query = _Query(wire.sql, tx.types)
+        prep, name = manager.get(query)
+        sent.append((query, prep, name, tx, values))
+    begin = None
+    if not driver.autocommit and pgconn.transaction_status == _IDLE:
+        begin = driver._get_tx_start_command()
+
+    single = len(sent) == 1 and not (begin or commit) and sent[0][1] is not Prepare.SHOULD
+    fetched: list[list[Any]] = []
+    with driver.lock:
+        try:
+            if single:
+                query, prep, name, tx, values = sent[0]
+                _send_one(pgconn, query, name, tx, values)
+                fetched.append(driver.wait(execute(pgconn)))
+            else:
+                pgconn.enter_pipeline_mode()
+                if begin is not None:
+                    pgconn.send_query_params(begin, None)
+                for query, prep, name, tx, values in sent:
+                    if prep is Prepare.SHOULD:
+                        pgconn.send_prepare(name, query.query, param_types=query.types)
+                    _send_one(pgconn, query, name, tx, values)
+                if commit:
+                    pgconn.send_query_params(b"COMMIT", None)
+                pgconn.pipeline_sync()
+                driver.wait(flush(pgconn))
+                while True:
+                    results = driver.wait(fetch_many(pgconn))
+                    if results and results[0].status == _PIPELINE_SYNC:
+                        break
+                    fetched.append(results)
+                pgconn.exit_pipeline_mode()
+        except BaseException:
+            # Lost, or interrupted (a time limit) before every answer was read: its state
+            # is unknown, nobody uses it again (SQLAlchemy sees it closed and drops it).
+            driver.close()
+            raise
+    # The results in the order sent. psycopg learns which statements are prepared now
+    # (not one whose preparation failed or was skipped); then the first error is raised.
+    groups = iter(fetched)
+    checks: list[tuple[Any, list[Any]]] = []
+    if begin is not None:
+        checks.append((None, next(groups)))
+    outcomes = []
+    for query, prep, name, tx, _ in sent:
+        if prep is Prepare.SHOULD:
+            prepared = next(groups)
+            checks.append((None, prepared))
+            if prepared[-1].status != _COMMAND_OK:
+                checks.append((tx, next(groups)))
+                continue
+        results = next(groups)
+        _cached(manager, query, prep, name, results)
+        checks.append((tx, results))
+    if commit:
+        checks.append((None, next(groups)))
+    for tx, results in checks:
+        outcome = _outcome(driver, tx, results)
+        if tx is not None:
+            outcomes.append(outcome)
+    return outcomes
+
+
+def _cached(manager: Any, query: _Query, prep: Any, name: bytes, results: list[Any]) -> None:
+    """Tell psycopg's prepared statements manager of a statement's execution, as its
+    cursor does (it counts executions, and prepares a statement run often)."""
+    key = manager.maybe_add_to_cache(query, prep, name)
+    if key is not None:
+        manager.validate(key, prep, name, results)
+
+
+def _send_one(pgconn: Any, query: _Query, name: bytes, tx: Any, values: Any) -> None:
+    if name:  # prepared, or being prepared in the same pipeline
+        pgconn.send_query_prepared(name, values, param_formats=tx.formats)
+    else:
+        pgconn.send_query_params(
+            query.query, values, param_types=query.types, param_formats=tx.formats
+        )
+
+
+def _outcome(driver: Any, tx: Any, results: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
+    """A statement's (rows, row count) from its results, or its error raised."""
+    import psycopg
+
+    for result in results:
+        if result.status == _FATAL_ERROR:
+            raise psycopg.errors.error_from_result(result, encoding=driver.info.encoding)
+    result = results[-1] if results else None
+    if result is None or result.status not in (_COMMAND_OK, _TUPLES_OK):
+        status = "none" if result is None else psycopg.pq.ExecStatus(result.status).name
+        raise psycopg.errors.InternalError(f"unexpected result of a statement: {status}")
+    rowcount = result.command_tuples or 0
+    if tx is None or result.status != _TUPLES_OK:
+        return [], rowcount
+    tx.set_pgresult(result)
+    return tx.load_rows(0, result.ntuples, tuple), rowcount
