@@ -31,6 +31,8 @@ if broker_url:
     app.conf.broker_url = broker_url
 else:
     app.conf.broker_url = "filesystem://"
+    # kombu's filesystem transport, each message written whole before a worker sees it.
+    app.conf.broker_transport = "billing.broker:Transport"
     app.conf.broker_transport_options = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
