@@ -87,14 +87,17 @@ def main(argv: list[str] | None = None) -> int:
                 n += 1
             end_writer().write_in_order(lambda: None)  # the queued ends are written
 
+        def take(path: str) -> None:
+            wire.usable = wire_usable if path == "wire" else (lambda driver: False)
+
         paths = ("wire", "cursor") if args.cursor else ("wire",)
         for path in paths:
-            wire.usable = wire_usable if path == "wire" else (lambda driver: False)
+            take(path)
             deliver(100)
         for r in range(args.rounds):
             costs = {}
             for path in paths if r % 2 == 0 else paths[::-1]:
-                wire.usable = wire_usable if path == "wire" else (lambda driver: False)
+                take(path)
                 time.sleep(STATS_PAUSE)
                 before = commits(dbname)
                 cpu, wall = time.process_time(), time.perf_counter()
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {r + 1}: wire / cursor: CPU {wire_cpu / cursor_cpu:.2f}x, "
                     f"wall {wire_wall / cursor_wall:.2f}x"
                 )
-        wire.usable = wire_usable
+        take("wire")
         end_writer().close()
     finally:
         drop_database(dbname)

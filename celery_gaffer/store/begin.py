@@ -28,6 +28,8 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
+from .wire import begins_in_pipeline
+
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
 _PIPELINE_OFF = 0  # psycopg.pq.PipelineStatus.OFF
 
@@ -35,11 +37,7 @@ _PIPELINE_OFF = 0  # psycopg.pq.PipelineStatus.OFF
 def send_begin_with_first_statement(engine: Engine) -> bool:
     """Have ``engine`` (PostgreSQL with psycopg) send each transaction's ``BEGIN`` with
     its first statement; False when this psycopg or its libpq cannot."""
-    import psycopg
-
-    if not (
-        psycopg.Pipeline.is_supported() and hasattr(psycopg.Connection, "_get_tx_start_command")
-    ):
+    if not begins_in_pipeline():
         return False
     if not event.contains(engine, "do_execute", _execute_with_begin):
         event.listen(engine, "do_execute", _execute_with_begin)

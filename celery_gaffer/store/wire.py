@@ -40,21 +40,28 @@ _FATAL_ERROR = 7  # psycopg.pq.ExecStatus.FATAL_ERROR
 _PIPELINE_SYNC = 10  # psycopg.pq.ExecStatus.PIPELINE_SYNC
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
 
-_usable: bool | None = None
+_begins_in_pipeline: bool | None = None
+
+
+def begins_in_pipeline() -> bool:
+    """Whether this psycopg can send a transaction's ``BEGIN`` in a pipeline with other
+    statements: its libpq has pipeline mode, and psycopg the start command of a
+    transaction (private) to send."""
+    global _begins_in_pipeline
+    if _begins_in_pipeline is None:
+        import psycopg
+
+        _begins_in_pipeline = bool(psycopg.Pipeline.is_supported()) and hasattr(
+            psycopg.Connection, "_get_tx_start_command"
+        )
+    return _begins_in_pipeline
 
 
 def usable(driver: Any) -> bool:
     """Whether :func:`send` can run statements on the psycopg connection ``driver`` now:
-    its libpq has pipeline mode, psycopg the parts used here, and no maintenance of its
-    prepared statements is pending (psycopg's next statement does that first)."""
-    global _usable
-    if _usable is None:
-        import psycopg
-
-        _usable = bool(psycopg.Pipeline.is_supported()) and hasattr(
-            psycopg.Connection, "_get_tx_start_command"
-        )
-    if not _usable or driver.closed:
+    :func:`begins_in_pipeline`, psycopg's prepared statements manager is there, and no
+    maintenance of it is pending (psycopg's next statement does that first)."""
+    if not begins_in_pipeline() or driver.closed:
         return False
     manager = getattr(driver, "_prepared", None)
     pending = getattr(manager, "_to_flush", getattr(manager, "_maint_commands", None))
