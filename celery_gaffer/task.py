@@ -89,16 +89,17 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     # -- Celery's entry point ---------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        result = self._deliver(*args, **kwargs)
-        delivery = Delivery.find(self.request)
-        if delivery is not None and delivery.outcome is not None and delivery.reason is not None:
+        request = self.request
+        delivery = Delivery.of(request)
+        result = self._deliver(request, delivery, args, kwargs)
+        if delivery.outcome is not None and delivery.reason is not None:
             # A delivery that did no work, over: its leases are freed; now tell Flower.
             announce(self, delivery.outcome, delivery.reason, key=delivery.run_key)
         return result
 
-    def _deliver(self, *args: Any, **kwargs: Any) -> Any:
-        request = self.request
-        delivery = Delivery.of(request)
+    def _deliver(
+        self, request: Any, delivery: Delivery, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         database = self._database()
         # The key and its state, read with the run record at task_prerun (if installed).
         known = delivery.key_state

@@ -217,7 +217,8 @@ class Recorder:
         task = task or sender
         if task_id is None or not self._mine(task):
             return
-        delivery = Delivery.find(task.request)
+        request = task.request
+        delivery = Delivery.find(request)
         if delivery is None or delivery.row_id is None:
             return
         row_id = delivery.row_id
@@ -277,7 +278,6 @@ class Recorder:
                 heartbeat_for(self.app).discard(row_id)
                 release_quietly(left)
 
-        request = task.request
         waited_on = (
             held  # the end record frees them: the next run may need them now
             or outcome == RunState.RETRYING  # its fire is reopened: checked again

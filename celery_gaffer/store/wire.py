@@ -38,9 +38,36 @@ _COMMAND_OK = 1  # psycopg.pq.ExecStatus.COMMAND_OK
 _TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK
 _FATAL_ERROR = 7  # psycopg.pq.ExecStatus.FATAL_ERROR
 _PIPELINE_SYNC = 10  # psycopg.pq.ExecStatus.PIPELINE_SYNC
+_TEXT = 0  # psycopg.pq.Format.TEXT
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
 
 _begins_in_pipeline: bool | None = None
+_parts: Any = None
+
+
+def psycopg_parts() -> Any:
+    """The parts of psycopg this module (and :mod:`.begin`) use: imported on first use,
+    not with Gaffer (SQLite needs no libpq), and kept, since an import inside a function
+    costs a few µs each time it runs."""
+    global _parts
+    if _parts is None:
+        from types import SimpleNamespace
+
+        import psycopg
+        from psycopg import generators
+        from psycopg._preparing import Prepare
+        from psycopg.adapt import Transformer
+
+        _parts = SimpleNamespace(
+            errors=psycopg.errors,
+            ExecStatus=psycopg.pq.ExecStatus,
+            Prepare=Prepare,
+            Transformer=Transformer,
+            execute=generators.execute,
+            fetch_many=generators.fetch_many,
+            flush=generators.send,
+        )
+    return _parts
 
 
 def begins_in_pipeline() -> bool:
@@ -117,16 +144,12 @@ def send(
     failed for the caller to roll back. A connection that could not be read to the end
     (lost, interrupted) is closed, so that nobody reads its leftovers.
     """
-    from psycopg._preparing import Prepare
-    from psycopg.adapt import Transformer
-    from psycopg.generators import execute, fetch_many
-    from psycopg.generators import send as flush
-
+    parts = psycopg_parts()
     pgconn = driver.pgconn
     manager = driver._prepared
     sent = []
     for wire, params in statements:
-        tx = Transformer(driver)
+        tx = parts.Transformer(driver)
         values = tx.dump_sequence([params[name] for name in wire.names], wire.formats)
         query = _Query(wire.sql, tx.types)
         prep, name = manager.get(query)
@@ -135,37 +158,19 @@ def send(
     if not driver.autocommit and pgconn.transaction_status == _IDLE:
         begin = driver._get_tx_start_command()
 
-    single = len(sent) == 1 and not (begin or commit) and sent[0][1] is not Prepare.SHOULD
-    fetched: list[list[Any]] = []
-    with driver.lock:
-        try:
-            if single:
-                query, prep, name, tx, values = sent[0]
-                _send_one(pgconn, query, name, tx, values)
-                fetched.append(driver.wait(execute(pgconn)))
-            else:
-                pgconn.enter_pipeline_mode()
-                if begin is not None:
-                    pgconn.send_query_params(begin, None)
-                for query, prep, name, tx, values in sent:
-                    if prep is Prepare.SHOULD:
-                        pgconn.send_prepare(name, query.query, param_types=query.types)
-                    _send_one(pgconn, query, name, tx, values)
-                if commit:
-                    pgconn.send_query_params(b"COMMIT", None)
-                pgconn.pipeline_sync()
-                driver.wait(flush(pgconn))
-                while True:
-                    results = driver.wait(fetch_many(pgconn))
-                    if results and results[0].status == _PIPELINE_SYNC:
-                        break
-                    fetched.append(results)
-                pgconn.exit_pipeline_mode()
-        except BaseException:
-            # Lost, or interrupted (a time limit) before every answer was read: its state
-            # is unknown, nobody uses it again (SQLAlchemy sees it closed and drops it).
-            driver.close()
-            raise
+    if len(sent) == 1 and not (begin or commit) and sent[0][1] is not parts.Prepare.SHOULD:
+        query, prep, name, tx, values = sent[0]
+        with driver.lock:
+            try:
+                _send_one(pgconn, query, name, values, tx.formats)
+                fetched = [driver.wait(parts.execute(pgconn))]
+            except BaseException:
+                driver.close()  # see _exchange
+                raise
+    else:
+        fetched = _exchange(
+            driver, begin, [(q, p, n, v, tx.formats, _TEXT) for q, p, n, tx, v in sent], commit
+        )
     # The results in the order sent. psycopg learns which statements are prepared now
     # (not one whose preparation failed or was skipped); then the first error is raised.
     groups = iter(fetched)
@@ -174,7 +179,7 @@ def send(
         checks.append((None, next(groups)))
     outcomes = []
     for query, prep, name, tx, _ in sent:
-        if prep is Prepare.SHOULD:
+        if prep is parts.Prepare.SHOULD:
             prepared = next(groups)
             checks.append((None, prepared))
             if prepared[-1].status != _COMMAND_OK:
@@ -192,7 +197,7 @@ def send(
     return outcomes
 
 
-def _cached(manager: Any, query: _Query, prep: Any, name: bytes, results: list[Any]) -> None:
+def _cached(manager: Any, query: Any, prep: Any, name: bytes, results: list[Any]) -> None:
     """Tell psycopg's prepared statements manager of a statement's execution, as its
     cursor does (it counts executions, and prepares a statement run often)."""
     key = manager.maybe_add_to_cache(query, prep, name)
@@ -200,26 +205,90 @@ def _cached(manager: Any, query: _Query, prep: Any, name: bytes, results: list[A
         manager.validate(key, prep, name, results)
 
 
-def _send_one(pgconn: Any, query: _Query, name: bytes, tx: Any, values: Any) -> None:
+def _send_one(
+    pgconn: Any, query: Any, name: bytes, values: Any, formats: Any, result_format: int = 0
+) -> None:
     if name:  # prepared, or being prepared in the same pipeline
-        pgconn.send_query_prepared(name, values, param_formats=tx.formats)
+        pgconn.send_query_prepared(name, values, param_formats=formats, result_format=result_format)
     else:
         pgconn.send_query_params(
-            query.query, values, param_types=query.types, param_formats=tx.formats
+            query.query,
+            values,
+            param_types=query.types,
+            param_formats=formats,
+            result_format=result_format,
         )
+
+
+def _exchange(
+    driver: Any, begin: bytes | None, sent: Sequence[tuple[Any, ...]], commit: bool
+) -> list[list[Any]]:
+    """Send ``begin`` (a transaction's start command, or None), each of ``sent`` (query,
+    psycopg's prepare decision and name, values, their formats, the results' format) and
+    ``COMMIT`` if asked in one pipeline; the results of each, in the order sent (a
+    preparation's apart from its execution's)."""
+    parts = psycopg_parts()
+    pgconn = driver.pgconn
+    fetched: list[list[Any]] = []
+    with driver.lock:
+        try:
+            pgconn.enter_pipeline_mode()
+            if begin is not None:
+                pgconn.send_query_params(begin, None)
+            for query, prep, name, values, formats, result_format in sent:
+                if prep is parts.Prepare.SHOULD:
+                    pgconn.send_prepare(name, query.query, param_types=query.types)
+                _send_one(pgconn, query, name, values, formats, result_format)
+            if commit:
+                pgconn.send_query_params(b"COMMIT", None)
+            pgconn.pipeline_sync()
+            driver.wait(parts.flush(pgconn))
+            while True:
+                results = driver.wait(parts.fetch_many(pgconn))
+                if results and results[0].status == _PIPELINE_SYNC:
+                    break
+                fetched.append(results)
+            pgconn.exit_pipeline_mode()
+        except BaseException:
+            # Lost, or interrupted (a time limit) before every answer was read: its state
+            # is unknown, nobody uses it again (SQLAlchemy sees it closed and drops it).
+            driver.close()
+            raise
+    return fetched
+
+
+def begin_and_execute(driver: Any, query: Any, result_format: int) -> list[Any]:
+    """Send the transaction's ``BEGIN`` (psycopg's start command, with the connection's
+    isolation level) and ``query`` (a query as a psycopg cursor converts it: SQL, values,
+    their types and formats) on the psycopg connection ``driver``, in one round trip; the
+    statement's results, unchecked, after psycopg's prepared statements manager has
+    learnt of its execution. A failed ``BEGIN`` or preparation raises its error."""
+    manager = driver._prepared
+    prep, name = manager.get(query, None)
+    begin = driver._get_tx_start_command()
+    sent = [(query, prep, name, query.params, query.formats, result_format)]
+    groups = iter(_exchange(driver, begin, sent, commit=False))
+    _outcome(driver, None, next(groups))
+    if prep is psycopg_parts().Prepare.SHOULD:
+        prepared = next(groups)
+        if prepared[-1].status != _COMMAND_OK:
+            _outcome(driver, None, prepared)  # the preparation's error
+    results = next(groups)
+    _cached(manager, query, prep, name, results)
+    return results
 
 
 def _outcome(driver: Any, tx: Any, results: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
     """A statement's (rows, row count) from its results, or its error raised."""
-    import psycopg
-
     for result in results:
         if result.status == _FATAL_ERROR:
-            raise psycopg.errors.error_from_result(result, encoding=driver.info.encoding)
+            errors = psycopg_parts().errors
+            raise errors.error_from_result(result, encoding=driver.info.encoding)
     result = results[-1] if results else None
     if result is None or result.status not in (_COMMAND_OK, _TUPLES_OK):
-        status = "none" if result is None else psycopg.pq.ExecStatus(result.status).name
-        raise psycopg.errors.InternalError(f"unexpected result of a statement: {status}")
+        parts = psycopg_parts()
+        status = "none" if result is None else parts.ExecStatus(result.status).name
+        raise parts.errors.InternalError(f"unexpected result of a statement: {status}")
     rowcount = result.command_tuples or 0
     if tx is None or result.status != _TUPLES_OK:
         return [], rowcount

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, InternalError
+from sqlalchemy.exc import IntegrityError, InternalError, OperationalError
 
 from celery_gaffer.store.engine import get_engine
 
@@ -136,3 +136,66 @@ def test_autocommit_and_server_side_cursors_keep_psycopgs_own_path(engine: Engin
         rows = streamed.execute(text("SELECT generate_series(1, :n)"), {"n": 5})
         assert [row[0] for row in rows] == [1, 2, 3, 4, 5]
         conn.rollback()
+
+
+def test_the_first_statements_rows_and_counts_are_the_cursors(engine: Engine) -> None:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT n, n * 2 AS twice FROM generate_series(1, :n) n"), {"n": 3}
+        )
+        assert list(rows.keys()) == ["n", "twice"]
+        assert [tuple(row) for row in rows] == [(1, 2), (2, 4), (3, 6)]
+        conn.rollback()
+        returned = conn.execute(
+            text("INSERT INTO begin_probe VALUES (:a), (:b) RETURNING id"), {"a": 1, "b": 2}
+        )
+        assert sorted(returned.scalars()) == [1, 2]
+        conn.commit()
+        updated = conn.execute(text("UPDATE begin_probe SET id = id + 10 WHERE id > :n"), {"n": 0})
+        assert updated.rowcount == 2
+        conn.commit()
+        assert count(conn) == 2
+
+
+def test_several_statements_without_parameters_keep_psycopgs_simple_query(engine: Engine) -> None:
+    """psycopg sends a statement without parameters as a simple query, which may hold
+    several statements; a prepared one (and a pipeline) may not."""
+    with engine.connect() as conn:
+        conn.execute(text("INSERT INTO begin_probe VALUES (1); INSERT INTO begin_probe VALUES (2)"))
+        conn.commit()
+        assert count(conn) == 2
+
+
+def test_the_first_statement_is_prepared_at_psycopgs_threshold(engine: Engine) -> None:
+    def prepared(conn: Connection) -> list[str]:
+        statements = conn.exec_driver_sql("SELECT statement FROM pg_prepared_statements")
+        return [str(statement) for statement in statements.scalars()]
+
+    insert = text("INSERT INTO begin_probe VALUES (:id)")
+    with engine.connect() as conn:
+        for n in range(5):  # psycopg's prepare_threshold (a rollback would forget them)
+            conn.execute(insert, {"id": n})
+            conn.commit()
+        trips = traced(conn, lambda: conn.execute(insert, {"id": 5}))
+        assert len(trips) == 1, trips  # BEGIN, Parse of the named statement, Bind, Execute
+        assert any(m.startswith("Parse") and '"_pg3_' in m for m in trips[0]), trips
+        assert any("begin_probe" in statement for statement in prepared(conn))
+        conn.commit()
+        trips = traced(conn, lambda: conn.execute(insert, {"id": 6}))
+        assert not any(m.startswith("Parse") and "begin_probe" in m for m in trips[0]), trips
+        conn.commit()
+        assert count(conn) == 7
+
+
+def test_a_lost_connection_on_the_first_statement_is_invalidated(engine: Engine) -> None:
+    with engine.connect() as conn:
+        pid = conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
+        conn.rollback()
+        with engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            other.commit()
+        with pytest.raises(OperationalError) as lost:
+            conn.execute(text("INSERT INTO begin_probe VALUES (:id)"), {"id": 1})
+        assert lost.value.connection_invalidated
+    with engine.connect() as conn:  # the pool hands out a live connection
+        assert count(conn) == 0
