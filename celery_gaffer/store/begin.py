@@ -10,7 +10,8 @@ level and read-only setting, psycopg's own command): one round trip instead of t
 Nothing else changes: the transaction, its errors (wrapped by SQLAlchemy as before; a
 failed statement leaves the transaction failed, to roll back) and every later statement
 are as they were. A server-side cursor, a ``COPY``, a statement without parameters (psycopg
-sends it as a simple query, which may hold several statements), a connection in
+sends it as a simple query, which may hold several statements), one with more parameters
+than libpq takes, a connection in
 autocommit mode or already in a transaction, and statements sent on the driver
 connection directly take psycopg's own path.
 
@@ -34,6 +35,7 @@ from . import wire
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
 _PIPELINE_OFF = 0  # psycopg.pq.PipelineStatus.OFF
 _TEXT = 0  # psycopg.pq.Format.TEXT
+_MAX_PARAMETERS = 65535  # libpq refuses more, before anything is sent
 #: The psycopg cursor's private steps of an ``execute`` this module takes over.
 _CURSOR_STEPS = ("_reset", "_convert_query", "_check_results", "_select_current_result")
 
@@ -78,6 +80,8 @@ def _execute_with_begin(cursor: Any, statement: str, parameters: Any, _context: 
     query = cursor._convert_query(statement, parameters)
     if not query.params and cursor.format == _TEXT:
         return False  # a simple query: psycopg's path (it may hold several statements)
+    if query.params and len(query.params) > _MAX_PARAMETERS:
+        return False  # refused by libpq: psycopg's own error, the connection kept
     cursor._query = query
     results = wire.begin_and_execute(driver, query, cursor.format)
     # And what it does with the results.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, bindparam, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, InternalError, OperationalError
 
@@ -199,3 +199,16 @@ def test_a_lost_connection_on_the_first_statement_is_invalidated(engine: Engine)
         assert lost.value.connection_invalidated
     with engine.connect() as conn:  # the pool hands out a live connection
         assert count(conn) == 0
+
+
+def test_a_statement_libpq_refuses_fails_without_losing_the_connection(engine: Engine) -> None:
+    many = text("SELECT count(*) FROM begin_probe WHERE id IN :ids").bindparams(
+        bindparam("ids", expanding=True)
+    )
+    with engine.connect() as conn:
+        with pytest.raises(OperationalError, match="number of parameters") as refused:
+            conn.execute(many, {"ids": list(range(70_000))})
+        assert not refused.value.connection_invalidated
+        conn.rollback()
+        assert conn.execute(many, {"ids": list(range(10))}).scalar_one() == 0
+        conn.commit()
