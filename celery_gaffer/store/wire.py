@@ -12,6 +12,8 @@ query protocol, prepared statements, pipeline mode). The statements, the transac
 ``BEGIN`` before them (when the connection is not in autocommit mode and no transaction
 is open: psycopg's own start command, with the connection's isolation level) and, if
 asked, its ``COMMIT`` after them go in one pipeline: one round trip.
+:func:`begin_and_execute` does the same for a transaction's ``BEGIN`` and the first
+statement SQLAlchemy sends in it, as psycopg's cursor converted it (:mod:`.begin`).
 
 Prepared statements are psycopg's: its manager of the connection (private, as are the
 transaction's start command and the pending-maintenance check; a psycopg without them
