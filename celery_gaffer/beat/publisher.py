@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -94,13 +95,30 @@ def publish(
     return outcome
 
 
-def send(app: Any, fires: Sequence[Fire], payloads: dict[str, Payload], producer: Any) -> Published:
-    """:func:`publish` without marking the sent fires (the caller does, with :func:`mark`)."""
+def send(
+    app: Any,
+    fires: Sequence[Fire],
+    payloads: dict[str, Payload],
+    producer: Any,
+    committed: Callable[[], None] | None = None,
+) -> Published:
+    """:func:`publish` without marking the sent fires (the caller does, with :func:`mark`).
+
+    ``committed``: waits for the commit of the transaction that recorded ``fires`` (and
+    raises if it failed). It is called before any message can reach the broker: after
+    the first batch's messages are built, before kombu flushes them (an error discards
+    them, and is raised); first, where the producer would publish each message at once.
+    """
     outcome = Published()
     defaults = message_defaults(app)
     for start in range(0, len(fires), PUBLISH_BATCH):
         part = fires[start : start + PUBLISH_BATCH]
-        outcome.sent.extend(_send_batch(app, part, payloads, producer, outcome.refused, defaults))
+        outcome.sent.extend(
+            _send_batch(app, part, payloads, producer, outcome.refused, defaults, committed)
+        )
+        committed = None
+    if committed is not None:
+        committed()
     return outcome
 
 
@@ -161,13 +179,21 @@ def _send_batch(
     producer: Any,
     refused: dict[str, str],
     defaults: Callable[[Payload], dict[str, Any]],
+    committed: Callable[[], None] | None = None,
 ) -> list[Fire]:
-    """Send ``fires``; return those that reached the broker (as far as it said)."""
+    """Send ``fires``; return those that reached the broker (as far as it said).
+    ``committed``: see :func:`send`."""
     batch = getattr(producer, "batch", None)  # kombu >= 5.7
+    if committed is not None and (batch is None or not _buffers(producer)):
+        committed()  # each message would go out as it is sent
+        committed = None
     sent: list[Fire] = []
+    # Before the commit is known nothing may be flushed: no early flush, however many
+    # operations the batch's messages take.
+    limit = BATCH_OPERATIONS if committed is None else sys.maxsize
     try:
         with (
-            batch(max_size=BATCH_OPERATIONS) if batch is not None else nullcontext(),
+            batch(max_size=limit) if batch is not None else nullcontext(),
             declared_once(producer),
         ):
             for fire in fires:
@@ -178,7 +204,12 @@ def _send_batch(
                     sent.append(fire)
                 elif problem:
                     refused[fire.schedule] = problem
-    except Exception as exc:  # noqa: BLE001 - the flush failed: every send is uncertain
+            if committed is not None:
+                committed()  # raising, the batch is discarded: nothing reaches the broker
+                committed = None
+    except Exception as exc:  # the flush failed: every send is uncertain
+        if committed is not None:
+            raise  # not flushed: the fires' own transaction failed (or the wait for it)
         # kombu's BatchPublishError says only that a flush failed; the cause says why.
         cause = exc.__cause__
         because = f" ({one_line(cause)})" if isinstance(cause, Exception) else ""
@@ -207,6 +238,18 @@ def _send_batch(
             },
         )
     return sent
+
+
+def _buffers(producer: Any) -> bool:
+    """Whether a publish batch of ``producer`` holds its messages until it is flushed:
+    kombu publishes at once on a transport without batches (its channel says)."""
+    try:
+        channel = producer.channel
+    except Exception:  # noqa: BLE001 - not connected: the sends will say why
+        return False
+    return getattr(channel, "create_publish_batch", None) is not None and bool(
+        getattr(channel, "supports_batch_publish", True)
+    )
 
 
 @contextmanager

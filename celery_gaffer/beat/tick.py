@@ -45,6 +45,7 @@ from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
 from ..store.fires import Fire
+from ..store.later import committing
 from ..store.models import Models
 from ..store.schedules import DueSchedule, Payload, Probe
 from .alerts import send_due
@@ -54,7 +55,7 @@ from .held import CLAIM_AHEAD, HOLD_AHEAD, HeldSends, Sender
 from .metrics import Metrics
 from .partition_keeper import PartitionKeeper
 from .plan import RowPlan, log_decision, plan_row, recount
-from .publisher import mark, mark_groups, send
+from .publisher import Published, mark, mark_groups, send
 from .redelivery import claim_unconfirmed
 from .rows import RowChecks
 
@@ -356,27 +357,34 @@ class Tick:
                     plan.change["sent"] = sent.get(plan.fires[0].schedule, 0)
             for row, spec, change in bounded.values():
                 recount(row, spec, change)
-            schedule_rows.advance_schedules(conn, self.models, changes)
             recovered = [row.name for row in due if row.error is not None and row.name in payloads]
             # A schedule newly in error, or out of it, is checked: its health changed.
             errored = [c["id"] for c in changes if c["error"] is not None]
             newly = [row.name for row in due if row.error is None and row.id in errored]
             schedule_rows.request_checks(conn, self.models, recovered + newly)
             run_rows.insert_runs(conn, self.models, [r for plan in plans for r in plan.missed_runs])
-        if self._sender is not None:
-            # Twice what this batch took, decaying: the next batch is decided (and its
-            # fires held) before they are due.
-            took = 2 * (time.monotonic() - started)
-            self._lead = min(DECIDE_AHEAD, max(took, 0.9 * self._lead))
-        holds = {key: hold for plan in plans for key, hold in plan.holds.items()}
-        now_sent: list[Fire] = []
-        for fire in inserted:
-            if fire.key in holds:
-                send_at, claimed_until = holds[fire.key]
-                self.held.hold(fire, payloads[fire.schedule], send_at, claimed_until)
-            elif fire.publish_count > 0:
-                now_sent.append(fire)
-        self._publish(now_sent, payloads)
+            # The schedules' UPDATE and the COMMIT run on the server while the first
+            # publish batch is built; nothing reaches the broker before the commit.
+            later: list[tuple[Any, dict[str, Any]]] = []
+            schedule_rows.advance_schedules(conn, self.models, changes, later=later)
+            with committing(conn, later) as committed:
+                holds = {key: hold for plan in plans for key, hold in plan.holds.items()}
+                now_sent = [f for f in inserted if f.key not in holds and f.publish_count > 0]
+
+                def recorded() -> None:
+                    committed()
+                    if self._sender is not None:
+                        # Twice what this batch took, decaying: the next batch is
+                        # decided (and its fires held) before they are due.
+                        took = 2 * (time.monotonic() - started)
+                        self._lead = min(DECIDE_AHEAD, max(took, 0.9 * self._lead))
+                    for fire in inserted:  # held once recorded: the sender may send them
+                        hold = holds.pop(fire.key, None)
+                        if hold is not None:
+                            self.held.hold(fire, payloads[fire.schedule], *hold)
+
+                published = self._send(now_sent, payloads, recorded)
+        self._sent(published)
         return len(due) >= self.batch_size
 
     def publish_pending(self, now: datetime) -> bool:
@@ -478,6 +486,28 @@ class Tick:
         if not fires:
             return set()
         published = send(self.app, fires, payloads, (producer or self.producer)())
+        return self._sent(published, held=held, in_thread=in_thread)
+
+    def _send(
+        self, fires: list[Fire], payloads: dict[str, Payload], committed: Callable[[], None]
+    ) -> Published:
+        """Send ``fires`` through the Beat's producer once ``committed()`` has returned
+        (:func:`.publisher.send`), not marking them."""
+        if not fires:
+            committed()
+            return Published()
+        try:
+            producer = self.producer()
+        except BaseException:
+            committed()  # recorded all the same: the fires are published again later
+            raise
+        return send(self.app, fires, payloads, producer, committed)
+
+    def _sent(
+        self, published: Published, *, held: bool = False, in_thread: bool = False
+    ) -> set[str]:
+        """After :func:`.publisher.send`: mark the sent fires ``sent`` (``held``: later,
+        together), put the schedules whose payload was refused in error; those."""
         if held:
             self.held.sent(published.sent, self.clock())
         else:

@@ -113,6 +113,7 @@ def update_many(
     values: Callable[[Callable[[str], Any]], dict[str, Any]],
     *,
     name: str | None = None,
+    later: list[tuple[Any, dict[str, Any]]] | None = None,
 ) -> None:
     """``UPDATE table SET ...`` for many rows, each matched on its column ``key``.
 
@@ -121,6 +122,8 @@ def update_many(
     On PostgreSQL one ``UPDATE ... FROM unnest(...)`` per chunk (with a ``name``, the
     statement is built once for ``table`` and run on the fast path, :mod:`.fastpath`);
     elsewhere one executemany per chunk (the values bound as the columns they set).
+    ``later``: fast-path statements are appended to it with their values, not run (the
+    caller runs them, with :func:`.later.committing`, say).
     """
     if not rows:
         return
@@ -142,6 +145,8 @@ def update_many(
             }
             if name is None:
                 conn.execute(stmt, arrays)
+            elif later is not None:
+                later.append((stmt, arrays))
             else:
                 fastpath.execute(conn, stmt, arrays)
         return

@@ -116,11 +116,19 @@ def _due_statement(models: Models, postgresql: bool) -> Any:
     return prebuilt(("due-schedules", models.prefix, postgresql), build)
 
 
-def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[str, Any]]) -> None:
+def advance_schedules(
+    conn: Connection,
+    models: Models,
+    changes: Sequence[dict[str, Any]],
+    *,
+    later: list[tuple[Any, dict[str, Any]]] | None = None,
+) -> None:
     """Set ``watermark_at`` / ``next_fire_at`` (and ``error``) for many schedules at once,
     and add the fires each sent to its ``fired_count``.
 
-    Each change is ``{"id", "watermark_at", "next_fire_at", "error", "sent"}``.
+    Each change is ``{"id", "watermark_at", "next_fire_at", "error", "sent"}``. ``later``:
+    on PostgreSQL the statements are appended to it rather than run (see
+    :func:`~.arrays.update_many`).
     """
     table = table_of(models.Schedule)
     update_many(
@@ -136,6 +144,7 @@ def advance_schedules(conn: Connection, models: Models, changes: Sequence[dict[s
             "fired_count": table.c.fired_count + value("sent"),
         },
         name="advance-schedules",
+        later=later,
     )
 
 

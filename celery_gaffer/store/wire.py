@@ -14,6 +14,8 @@ is open: psycopg's own start command, with the connection's isolation level) and
 asked, its ``COMMIT`` after them go in one pipeline: one round trip.
 :func:`begin_and_execute` does the same for a transaction's ``BEGIN`` and the first
 statement SQLAlchemy sends in it, as psycopg's cursor converted it (:mod:`.begin`).
+:func:`send_later` sends the same pipeline without waiting and reads its answers when
+asked (:mod:`.later`: Beat's last statements and ``COMMIT`` run while it builds messages).
 
 Prepared statements are psycopg's: its manager of the connection (private, as are the
 transaction's start command and the pending-maintenance check; a psycopg without them
@@ -32,7 +34,7 @@ SQL text.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _PLACEHOLDER = re.compile(rb"%\(([^)]+)\)([sbt])|%%")
@@ -147,7 +149,49 @@ def send(
     (lost, interrupted) is closed, so that nobody reads its leftovers.
     """
     parts = psycopg_parts()
-    pgconn = driver.pgconn
+    sent, begin = _prepared(driver, statements)
+    if len(sent) == 1 and not (begin or commit) and sent[0][1] is not parts.Prepare.SHOULD:
+        query, _, name, tx, values = sent[0]
+        pgconn = driver.pgconn
+        with driver.lock:
+            try:
+                _send_one(pgconn, query, name, values, tx.formats)
+                fetched = [driver.wait(parts.execute(pgconn))]
+            except BaseException:
+                driver.close()  # see _exchange
+                raise
+    else:
+        fetched = _exchange(driver, begin, _wired(sent), commit)
+    return _outcomes(driver, sent, begin, commit, fetched)
+
+
+def send_later(
+    driver: Any, statements: Sequence[tuple[WireSQL, Mapping[str, Any]]], *, commit: bool = False
+) -> Callable[[], list[tuple[list[tuple[Any, ...]], int]]]:
+    """:func:`send` in two halves: send ``statements`` (and the ``COMMIT`` if asked) now,
+    without waiting; the function returned reads their outcomes (what :func:`send`
+    returns or raises) when called, once.
+
+    Meanwhile the server runs them and the caller does other work; nobody else may use
+    ``driver`` until the function is called (whoever cannot call it closes ``driver``:
+    its answers are unread).
+    """
+    sent, begin = _prepared(driver, statements)
+    _submit(driver, begin, _wired(sent), commit)
+
+    def outcomes() -> list[tuple[list[tuple[Any, ...]], int]]:
+        return _outcomes(driver, sent, begin, commit, _collect(driver))
+
+    return outcomes
+
+
+def _prepared(
+    driver: Any, statements: Sequence[tuple[WireSQL, Mapping[str, Any]]]
+) -> tuple[list[tuple[Any, ...]], bytes | None]:
+    """Each statement as sent (query, psycopg's prepare decision and name, its
+    transformer, its dumped values), and the transaction's start command if one is to be
+    sent first (None: autocommit, or a transaction is open)."""
+    parts = psycopg_parts()
     manager = driver._prepared
     sent = []
     for wire, params in statements:
@@ -157,24 +201,26 @@ def send(
         prep, name = manager.get(query)
         sent.append((query, prep, name, tx, values))
     begin = None
-    if not driver.autocommit and pgconn.transaction_status == _IDLE:
+    if not driver.autocommit and driver.pgconn.transaction_status == _IDLE:
         begin = driver._get_tx_start_command()
+    return sent, begin
 
-    if len(sent) == 1 and not (begin or commit) and sent[0][1] is not parts.Prepare.SHOULD:
-        query, prep, name, tx, values = sent[0]
-        with driver.lock:
-            try:
-                _send_one(pgconn, query, name, values, tx.formats)
-                fetched = [driver.wait(parts.execute(pgconn))]
-            except BaseException:
-                driver.close()  # see _exchange
-                raise
-    else:
-        fetched = _exchange(
-            driver, begin, [(q, p, n, v, tx.formats, _TEXT) for q, p, n, tx, v in sent], commit
-        )
-    # The results in the order sent. psycopg learns which statements are prepared now
-    # (not one whose preparation failed or was skipped); then the first error is raised.
+
+def _wired(sent: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [(q, p, n, v, tx.formats, _TEXT) for q, p, n, tx, v in sent]
+
+
+def _outcomes(
+    driver: Any,
+    sent: Sequence[tuple[Any, ...]],
+    begin: bytes | None,
+    commit: bool,
+    fetched: list[list[Any]],
+) -> list[tuple[list[tuple[Any, ...]], int]]:
+    """The results in the order sent. psycopg learns which statements are prepared now
+    (not one whose preparation failed or was skipped); then the first error is raised."""
+    parts = psycopg_parts()
+    manager = driver._prepared
     groups = iter(fetched)
     checks: list[tuple[Any, list[Any]]] = []
     if begin is not None:
@@ -229,9 +275,16 @@ def _exchange(
     psycopg's prepare decision and name, values, their formats, the results' format) and
     ``COMMIT`` if asked in one pipeline; the results of each, in the order sent (a
     preparation's apart from its execution's)."""
+    _submit(driver, begin, sent, commit)
+    return _collect(driver)
+
+
+def _submit(
+    driver: Any, begin: bytes | None, sent: Sequence[tuple[Any, ...]], commit: bool
+) -> None:
+    """:func:`_exchange`'s first half: the pipeline sent, its answers not read."""
     parts = psycopg_parts()
     pgconn = driver.pgconn
-    fetched: list[list[Any]] = []
     with driver.lock:
         try:
             pgconn.enter_pipeline_mode()
@@ -245,6 +298,19 @@ def _exchange(
                 pgconn.send_query_params(b"COMMIT", None)
             pgconn.pipeline_sync()
             driver.wait(parts.flush(pgconn))
+        except BaseException:
+            driver.close()  # see _collect
+            raise
+
+
+def _collect(driver: Any) -> list[list[Any]]:
+    """:func:`_exchange`'s second half: the answers to the pipeline sent, read to its
+    end (its sync); the connection leaves pipeline mode."""
+    parts = psycopg_parts()
+    pgconn = driver.pgconn
+    fetched: list[list[Any]] = []
+    with driver.lock:
+        try:
             while True:
                 results = driver.wait(parts.fetch_many(pgconn))
                 if results and results[0].status == _PIPELINE_SYNC:

@@ -13,6 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
+from celery_gaffer.beat import publisher
 from celery_gaffer.beat.publisher import PUBLISH_BATCH, send
 from celery_gaffer.protocol import fire_key, fire_task_id
 from celery_gaffer.store.fires import Fire
@@ -121,3 +122,93 @@ def test_each_message_carries_the_reprs_and_origin_celery_would_compute(
         else:
             assert got["argsrepr"] == expected["argsrepr"], fire.schedule
     assert len(headers[fires[2].task_id]["argsrepr"]) < 1100  # Celery's limit held
+
+
+def _queued(redis_url: str) -> int:
+    return sum(len(broker_messages(redis_url, queue)) for queue in ("alpha", "beta", "gamma"))
+
+
+@pytest.mark.parametrize("operations", [None, 5])
+def test_no_fire_reaches_the_broker_before_its_commit_is_known(
+    app: Celery, redis_url: str, operations: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if operations is not None:
+        # Batches kombu would flush early (queues with x-expires take more operations
+        # a message): the batch waiting for its commit must not.
+        monkeypatch.setattr(publisher, "BATCH_OPERATIONS", operations)
+    fires, payloads, _ = fires_and_payloads(PUBLISH_BATCH + 10)  # two publish batches
+    seen: list[tuple[int, int]] = []
+    built: list[Any] = []
+
+    def committed() -> None:
+        seen.append((len(built), _queued(redis_url)))
+
+    with app.connection_for_write() as connection:
+        producer = app.amqp.Producer(connection, auto_declare=False)
+        publish = producer.publish
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            built.append(args)
+            return publish(*args, **kwargs)
+
+        producer.publish = counted
+        published = send(app, fires, payloads, producer, committed)
+    # Called once, before any of it was in Redis: with kombu's publish batches (5.7+)
+    # after the first batch is built (the commit overlaps it); without, before the
+    # first send (each message would go out at once).
+    from kombu import Producer
+
+    assert seen == [(PUBLISH_BATCH if hasattr(Producer, "batch") else 0, 0)]
+    assert len(published.sent) == len(fires)
+    assert _queued(redis_url) == len(fires)
+
+
+def test_a_failed_commit_discards_the_batch_built_and_is_raised(
+    app: Celery, redis_url: str
+) -> None:
+    fires, payloads, _ = fires_and_payloads(PUBLISH_BATCH + 10)
+
+    class CommitFailed(Exception):
+        pass
+
+    def committed() -> None:
+        raise CommitFailed("the fires' transaction failed")
+
+    with app.connection_for_write() as connection:
+        producer = app.amqp.Producer(connection, auto_declare=False)
+        with pytest.raises(CommitFailed):
+            send(app, fires, payloads, producer, committed)
+    assert _queued(redis_url) == 0
+
+
+def test_on_a_producer_that_publishes_at_once_the_commit_is_waited_for_first() -> None:
+    # kombu's in-memory transport has no publish batches: each message would be out as
+    # soon as it is sent, so the commit must be known before the first send.
+    app = Celery("memory-test", broker="memory://", set_as_current=False)
+    fires, payloads, _ = fires_and_payloads(3)
+    try:
+        with app.connection_for_write() as connection:
+            producer = app.amqp.Producer(connection, auto_declare=False)
+            sends: list[str] = []
+            publish = producer.publish
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                sends.append("publish")
+                return publish(*args, **kwargs)
+
+            producer.publish = counted
+
+            def committed() -> None:
+                sends.append("committed")
+
+            published = send(app, fires, payloads, producer, committed)
+
+            def refused() -> None:
+                raise RuntimeError("refused")
+
+            with pytest.raises(RuntimeError, match="refused"):
+                send(app, fires, payloads, producer, refused)
+    finally:
+        app.close()
+    assert sends == ["committed", "publish", "publish", "publish"]  # none after the refusal
+    assert len(published.sent) == 3

@@ -7,6 +7,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -604,3 +605,84 @@ def redis_client_flush(redis_url: str) -> None:
     import redis as redis_client
 
     redis_client.Redis.from_url(redis_url).flushdb()
+
+
+@contextmanager
+def advance_refused(app: Celery, database_url: str) -> Iterator[None]:
+    """While inside, any UPDATE of a schedule's ``next_fire_at`` fails (a trigger)."""
+    database = database_for(app)
+    if database_url.startswith("postgresql"):
+        create = [
+            "CREATE OR REPLACE FUNCTION gaffer_test_refuse() RETURNS trigger"
+            " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'advance refused'; END $$",
+            "CREATE TRIGGER gaffer_test_refuse BEFORE UPDATE OF next_fire_at"
+            " ON gaffer_schedules FOR EACH ROW EXECUTE FUNCTION gaffer_test_refuse()",
+        ]
+        drop = [
+            "DROP TRIGGER gaffer_test_refuse ON gaffer_schedules",
+            "DROP FUNCTION gaffer_test_refuse()",
+        ]
+    else:
+        create = [
+            "CREATE TRIGGER gaffer_test_refuse BEFORE UPDATE OF next_fire_at"
+            " ON gaffer_schedules BEGIN SELECT RAISE(ABORT, 'advance refused'); END"
+        ]
+        drop = ["DROP TRIGGER gaffer_test_refuse"]
+    with database.begin() as conn:
+        for statement in create:
+            conn.execute(text(statement))
+    try:
+        yield
+    finally:
+        with database.begin() as conn:
+            for statement in drop:
+                conn.execute(text(statement))
+
+
+def test_a_dispatch_whose_commit_fails_sends_nothing_and_each_fire_once_after(
+    app: Celery,
+    clock: FrozenClock,
+    redis_url: str,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The schedules' UPDATE and the COMMIT run while the first publish batch is built:
+    # when they fail, that batch must never reach the broker.
+    names = [f"s{i}" for i in range(3)]
+    ScheduleStore(app, clock=clock).add_many(
+        [{"name": name, "task": "t.noop", "schedule": every(3600)} for name in names]
+    )
+    scheduler = make_scheduler(app, clock)
+    clock.advance(3600)
+    with advance_refused(app, database_url), caplog.at_level(logging.ERROR, "celery_gaffer"):
+        scheduler.tick()
+    assert "advance refused" in caplog.text  # the tick failed (one line), Beat goes on
+    assert sent_keys(redis_url) == []
+    assert ledger(app) == []  # the fires' insert rolled back with the UPDATE
+
+    scheduler.tick()
+    scheduler.tick()
+    keys = [fire_key(name, clock.now) for name in names]
+    assert sorted(sent_keys(redis_url)) == keys
+    assert ledger(app) == [(key, "sent", 1) for key in keys]
+
+
+def test_a_held_fire_whose_commit_failed_is_never_sent(
+    app: Celery, clock: FrozenClock, redis_url: str, database_url: str
+) -> None:
+    # A jittered fire due within a second is held for its send time: it may be handed to
+    # the sending side only once its commit is known.
+    ScheduleStore(app, clock=clock).add("j", "t.noop", every(600, jitter=1))
+    scheduler = make_scheduler(app, clock)
+    nominal = clock.advance(600)
+    with advance_refused(app, database_url):
+        scheduler.tick()  # fails (one line logged)
+        clock.advance(2)  # past the held fire's send time
+        scheduler.tick()  # fails again; a fire held by the first would go out now
+    assert sent_keys(redis_url) == []
+    assert ledger(app) == []
+
+    scheduler.tick()
+    clock.advance(2)
+    scheduler.tick()
+    assert sent_keys(redis_url) == [fire_key("j", nominal)]

@@ -5,6 +5,7 @@ refused statement skipping the COMMIT, and a lost connection invalidated."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -28,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from celery_gaffer.store import fastpath, wire
+from celery_gaffer.store import fastpath, later, wire
 from celery_gaffer.store.engine import get_engine
 
 from .test_begin import traced
@@ -195,3 +196,67 @@ def test_a_lost_connection_is_invalidated(engine: Engine, pipelined: bool) -> No
     with engine.connect() as conn:  # the pool hands out a live connection
         assert fastpath.execute(conn, COUNT, {"low": 0}).scalar() == 0
         conn.commit()
+
+
+PUT = insert(PROBE).values(id=bindparam("id"))
+
+
+def committed_rows(engine: Engine) -> int:
+    """The rows another connection sees (committed ones)."""
+    with engine.connect() as other:
+        return int(other.execute(select(func.count()).select_from(PROBE)).scalar_one())
+
+
+def test_committing_commits_on_the_server_while_the_block_runs(engine: Engine, path: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(PROBE).values(id=1))
+        with later.committing(conn, [(PUT, {"id": 2}), (PUT, {"id": 3})]) as committed:
+            if path == "wire":
+                # Sent on entry: the server commits without being waited for.
+                deadline = time.monotonic() + 10
+                while committed_rows(engine) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert committed_rows(engine) == 3
+            else:
+                assert committed_rows(engine) == 3  # committed on entry, as before
+            committed()
+            assert committed_rows(engine) == 3
+            driver: Any = conn.connection.driver_connection
+            assert driver.pgconn.pipeline_status == 0  # out of pipeline mode
+        committed()  # once only: a second call does nothing
+    assert committed_rows(engine) == 3
+
+
+def test_committing_raises_a_refused_statement_and_commits_nothing(
+    engine: Engine, path: str
+) -> None:
+    def refused_commit() -> None:
+        with engine.begin() as conn:
+            conn.execute(insert(PROBE).values(id=1))
+            with later.committing(conn, [(PUT, {"id": 2}), (DIVIDE, {"by": 0})]) as done:
+                done()
+
+    with pytest.raises(DBAPIError) as refused:
+        refused_commit()
+    assert refused.value.orig.sqlstate == "22012"  # type: ignore[union-attr]
+    assert committed_rows(engine) == 0
+    with engine.begin() as conn:  # the pool's connections are as good as before
+        assert fastpath.execute(conn, DIVIDE, {"by": 1}).scalar() == 1
+
+
+def test_leaving_committing_without_waiting_invalidates_the_connection(engine: Engine) -> None:
+    used: list[Any] = []
+
+    def failed_block() -> None:
+        with engine.begin() as conn:
+            conn.execute(insert(PROBE).values(id=1))
+            used.append(conn.connection.driver_connection)
+            with later.committing(conn, [(PUT, {"id": 2})]):
+                raise RuntimeError("publishing failed")
+
+    with pytest.raises(RuntimeError, match="publishing failed"):
+        failed_block()
+    # Its answers were never read: closed (SQLAlchemy dropped it), so nobody reads them.
+    assert used[0].closed
+    with engine.begin() as other:
+        assert fastpath.execute(other, DIVIDE, {"by": 1}).scalar() == 1
