@@ -11,7 +11,7 @@ LOWEST_STAMP := $(LOWEST_VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short bench-web
+.PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short bench-web bench-status
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,14 +73,20 @@ demo: $(DEMO_STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
-## The chaos suite's short form (3 minutes of faults) and its checker's self-test.
+## The chaos suite's short form (3 minutes of faults) and its checker's self-test. The faults
+## restart this machine's PostgreSQL and Redis: refused unless GAFFER_CHAOS_RESTART_SERVICES=1.
 chaos-short: $(STAMP)
 	$(BIN)/python -m pytest tests/chaos -m chaos -s $(PYTEST_ARGS)
 
-## The chaos suite's long form: 30 minutes of faults on this machine's PostgreSQL and Redis.
+## The chaos suite's long form: 30 minutes of faults on this machine's PostgreSQL and Redis
+## (refused unless GAFFER_CHAOS_RESTART_SERVICES=1, as chaos-short).
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run --seconds $${CHAOS_SECONDS:-1800} $${CHAOS_SEED:+--seed $$CHAOS_SEED}
 
 ## The web console at 100,000 schedules (PostgreSQL): its first pages against the plain SQL of the same page.
 bench-web: $(STAMP)
 	$(BIN)/python benchmarks/web.py
+
+## `gaffer status` at 100,000 and 1,000,000 schedules (PostgreSQL) against a plain SELECT of the same rows.
+bench-status: $(STAMP)
+	$(BIN)/python benchmarks/status.py

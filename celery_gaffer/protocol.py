@@ -10,14 +10,18 @@ Everything two processes must agree on lives here, as pure values and functions:
   request by the worker;
 * the states of runs, fires and keys and the schedule policies, as string enums whose
   values are what the database stores;
-* the lengths of the columns that user input must fit.
+* the lengths of the columns that user input must fit, and the one JSON decoder every
+  text from outside (a form, a request body, a command-line option, a stored row) goes
+  through (:func:`loads_json`), bounded in nesting depth.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -25,12 +29,13 @@ from hashlib import blake2b, sha1
 from typing import Any
 from uuid import NAMESPACE_URL
 
-from .exceptions import InvalidSchedule
+from .exceptions import InvalidInput, InvalidSchedule
 
 __all__ = [
     "ERROR_LENGTH",
     "FAILURE_STATES",
     "KEY_LENGTH",
+    "MAX_JSON_DEPTH",
     "NAME_LENGTH",
     "NOMINAL_FORMAT",
     "PING_URL_LENGTH",
@@ -47,6 +52,8 @@ __all__ = [
     "fire_task_id",
     "format_nominal",
     "jitter_delay",
+    "json_depth",
+    "loads_json",
     "parse_nominal",
 ]
 
@@ -58,6 +65,9 @@ KEY_LENGTH = 512
 ERROR_LENGTH = 2000
 #: Longest ping URL of a schedule, in characters.
 PING_URL_LENGTH = 2048
+#: Deepest nesting of lists and objects a JSON value may have (far below the depth at
+#: which Python's decoder, encoder or a comparison of the value would run out of stack).
+MAX_JSON_DEPTH = 64
 
 #: How a nominal time is written in a fire's key and in its ``gaffer_nominal_at`` header.
 NOMINAL_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -292,3 +302,52 @@ class FireHeaders:
     @property
     def nominal(self) -> datetime | None:
         return parse_nominal(self.nominal_at)
+
+
+def loads_json(
+    text: str | bytes | bytearray,
+    field: str,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
+    """The value of a JSON text, or :class:`~celery_gaffer.InvalidInput` naming ``field``:
+    not JSON, not UTF-8, or nested deeper than :data:`MAX_JSON_DEPTH` (one line, whatever
+    the text: a deep text never reaches the caller as a ``RecursionError``).
+
+    ``object_hook``: as :func:`json.loads`'s (an importer's tagged objects); a
+    ``ValueError`` it raises is reported as not valid JSON, anything else propagates."""
+    try:
+        value = json.loads(text, object_hook=object_hook)
+    except RecursionError:
+        value = _TOO_DEEP
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        reason = " ".join(str(exc).split())[:200]
+        raise InvalidInput(f"{field}: not valid JSON ({reason})", field=field) from None
+    if len(text) <= MAX_JSON_DEPTH:  # too short to nest that deep
+        return value
+    # Most texts have fewer brackets than the limit: counted in C, no walk needed.
+    if isinstance(text, str):
+        brackets = text.count("[") + text.count("{")
+    else:
+        brackets = text.count(b"[") + text.count(b"{")
+    if value is _TOO_DEEP or (brackets > MAX_JSON_DEPTH and json_depth(value) > MAX_JSON_DEPTH):
+        raise InvalidInput(f"{field}: JSON nested deeper than {MAX_JSON_DEPTH} levels", field=field)
+    return value
+
+
+_TOO_DEEP = object()
+
+
+def json_depth(value: Any) -> int:
+    """How deeply lists and dicts nest in ``value`` (0 for a scalar), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, (list, tuple)):
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in item)
+    return deepest

@@ -97,21 +97,30 @@ class ScheduleStore:
         now = self._clock()
         start = None if watermark_at is None else _watermark(watermark_at, now)
         with self.database.begin() as conn:
-            existing = self._row(conn, spec.name, lock=True)
-            if existing is not None:
-                if not replace:
-                    raise ScheduleExists(
-                        f"name: a schedule named {spec.name!r} already exists "
-                        "(pass replace=True to overwrite it)",
-                        field="name",
-                    )
-                start = kept_watermark(existing, spec, now)
-                values = columns(spec, start, now, existing.fired_count)
-                values["source"] = self._source
-                rows.update_schedule(conn, self._models, spec.name, values)
-            else:
-                rows.insert_schedules(conn, self._models, [self._new_row(spec, now, start)])
-            return self._get(conn, spec.name)
+            return self._put(conn, spec, now, start, replace=replace)
+
+    def add_all(self, entries: Iterable[Mapping[str, Any]]) -> list[StoredSchedule]:
+        """Add (or, with ``replace=True``, overwrite) each entry in one transaction.
+
+        Entries are dicts of ``add``'s arguments, ``replace`` and ``watermark_at``
+        included. All are validated before anything is written; then all are written or,
+        on any failure (a name that exists without ``replace``), none.
+        """
+        known = self._known_tasks()
+        now = self._clock()
+        prepared = []
+        for entry in entries:
+            arguments = dict(entry)
+            replace = bool(arguments.pop("replace", False))
+            watermark_at = arguments.pop("watermark_at", None)
+            spec = validate_entry(**_entry_arguments(arguments), known_tasks=known)
+            start = None if watermark_at is None else _watermark(watermark_at, now)
+            prepared.append((spec, start, replace))
+        with self.database.begin() as conn:
+            return [
+                self._put(conn, spec, now, start, replace=replace)
+                for spec, start, replace in prepared
+            ]
 
     def add_many(self, entries: Iterable[Mapping[str, Any]], *, chunk_size: int = 5000) -> int:
         """Add many schedules (dicts with ``add``'s arguments), one transaction per chunk.
@@ -315,6 +324,32 @@ class ScheduleStore:
         row = columns(spec, start, now, timings=timings)
         row.update(name=spec.name, source=self._source, created_at=now)
         return row
+
+    def _put(
+        self,
+        conn: Connection,
+        spec: ScheduleSpec,
+        now: datetime,
+        start: datetime | None,
+        *,
+        replace: bool,
+    ) -> StoredSchedule:
+        """``add``'s write of a validated ``spec``, in the caller's transaction."""
+        existing = self._row(conn, spec.name, lock=True)
+        if existing is not None:
+            if not replace:
+                raise ScheduleExists(
+                    f"name: a schedule named {spec.name!r} already exists "
+                    "(pass replace=True to overwrite it)",
+                    field="name",
+                )
+            start = kept_watermark(existing, spec, now)
+            values = columns(spec, start, now, existing.fired_count)
+            values["source"] = self._source
+            rows.update_schedule(conn, self._models, spec.name, values)
+        else:
+            rows.insert_schedules(conn, self._models, [self._new_row(spec, now, start)])
+        return self._get(conn, spec.name)
 
     def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         now = self._clock()

@@ -18,12 +18,13 @@ from celery import beat
 from sqlalchemy.exc import DBAPIError
 
 from .beat.metrics import Metrics
+from .beat.startup import cannot_start, stoppable_start
 from .beat.tick import MAX_PUBLISHES, Tick
 from .clock import Clock, utcnow
-from .exceptions import DatabaseUnavailable, GafferError
+from .exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError
 from .schedule_store import ScheduleStore
 from .store import Database, database_for
-from .store.database import driver_reason, is_permanent
+from .store.database import driver_reason, fix_for, is_permanent
 
 # Longest wait between two attempts to reach the database at start-up, in seconds.
 START_BACKOFF_MAX = 30.0
@@ -38,6 +39,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     Safe to build with ``lazy=True`` (nothing is read or written then). ``tick`` sends
     every due fire and returns the seconds until the next one, at most ``max_interval``.
+
+    A condition Beat cannot start with (an invalid setting, a database that is missing,
+    not migrated, at an unknown revision, read-only, or refusing its role) is logged as
+    one CRITICAL line naming the cause and the fix, then ``SystemExit(2)`` is raised
+    with the :class:`~celery_gaffer.GafferError` as its ``__cause__``: ``celery beat``
+    exits with status 2 and no traceback.
     """
 
     #: Longest sleep between ticks: an edit made through the CLI or ScheduleStore is
@@ -64,7 +71,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._froze = False
         #: How Beat waits between attempts to reach its database at start-up.
         self.sleep = sleep
-        self.database: Database = database_for(app)
+        try:
+            self.database: Database = database_for(app)
+        except GafferError as exc:  # an invalid gaffer_* setting
+            cannot_start(exc)
         self._tick_state = Tick(
             app,
             self.database,
@@ -87,35 +97,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
         A database that cannot be reached (down, restarting, a full disk) is waited for,
         with backoff and one log line per attempt: Beat starts when it comes back. A
-        database that is not migrated raises DatabaseNotReady (a mistake to fix, not to
-        wait out).
+        mistake to fix rather than wait out (see the class docstring) ends Beat with
+        exit status 2. SIGTERM and SIGINT end the wait at once.
         """
         settings = self.database.settings
-        delay = 1.0
-        while True:
+        with stoppable_start(settings.masked_url):
             try:
-                self.database.check_ready()
-                self.app.loader.import_default_modules()
-                ScheduleStore(self.app, clock=self._clock, source="config").sync_config(
-                    self.app.conf.beat_schedule or {}
-                )
-                break
-            except (DatabaseUnavailable, DBAPIError) as exc:
-                if is_permanent(exc):
-                    # Waiting cannot fix a wrong password, a missing database or a
-                    # read-only file: say so once and stop.
-                    raise GafferError(
-                        f"Beat cannot start: the Gaffer database at {settings.masked_url} "
-                        f"refused it: {driver_reason(exc.__cause__ or exc)}"
-                    ) from exc
-                logger.error(
-                    "Beat cannot start yet: %s; trying again in %.0f s",
-                    str(exc) if isinstance(exc, GafferError) else driver_reason(exc),
-                    delay,
-                    extra={"action": "beat_waiting_for_database"},
-                )
-                self.sleep(delay)
-                delay = min(delay * 2, START_BACKOFF_MAX)
+                self._wait_for_database()
+            except GafferError as exc:
+                cannot_start(exc)
         if self._sender_thread:
             self._tick_state.start_sender()
             if not self._froze:
@@ -132,6 +122,34 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                     exc.strerror or exc,
                     extra={"action": "metrics_port_unavailable"},
                 )
+
+    def _wait_for_database(self) -> None:
+        """Try until the database answers; raise GafferError for what waiting cannot fix."""
+        settings = self.database.settings
+        delay = 1.0
+        while True:
+            try:
+                self.database.check_ready()
+                self.app.loader.import_default_modules()
+                ScheduleStore(self.app, clock=self._clock, source="config").sync_config(
+                    self.app.conf.beat_schedule or {}
+                )
+                return
+            except (DatabaseUnavailable, DBAPIError) as exc:
+                if is_permanent(exc):
+                    reason = driver_reason(exc.__cause__ or exc)
+                    raise DatabaseNotReady(
+                        f"the Gaffer database at {settings.masked_url} refused it: "
+                        f"{reason}; {fix_for(exc)}"
+                    ) from exc
+                logger.error(
+                    "Beat cannot start yet: %s; trying again in %.0f s",
+                    str(exc) if isinstance(exc, GafferError) else driver_reason(exc),
+                    delay,
+                    extra={"action": "beat_waiting_for_database"},
+                )
+                self.sleep(delay)
+                delay = min(delay * 2, START_BACKOFF_MAX)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due fire; return the seconds until the next one is due.

@@ -20,7 +20,12 @@ DEFAULT_DATABASE_URL = "sqlite:///gaffer.sqlite3"
 _PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,29}$")
 _SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 # Names accepted for PostgreSQL that all mean "psycopg 3", the one driver we ship.
-_POSTGRES_ALIASES = ("postgres", "postgresql", "postgresql+psycopg")
+# ``postgres://`` is how Heroku, Render and many ``.env`` files write it.
+_POSTGRES_ALIASES = ("postgres", "postgresql", "postgres+psycopg", "postgresql+psycopg")
+# The webhook URL's key, and a second name for it that ``celery report`` hides (Celery
+# censors the settings whose names contain SECRET, TOKEN, KEY, PASS...).
+WEBHOOK_URL_KEY = "gaffer_alert_webhook_url"
+WEBHOOK_SECRET_URL_KEY = "gaffer_alert_webhook_secret_url"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +69,7 @@ class GafferSettings:
             partition_interval=_seconds(
                 conf, "gaffer_partition_interval", 7 * 86400.0, minimum=3600.0
             ),
-            alert_webhook_url=_webhook_url(conf.get("gaffer_alert_webhook_url")),
+            alert_webhook_url=_webhook_setting(conf),
         )
 
     @property
@@ -74,9 +79,9 @@ class GafferSettings:
 
     @property
     def masked_alert_webhook_url(self) -> str | None:
-        """The alert webhook URL with its user-info password and secret-looking query
-        parameters replaced by ``***``."""
-        return None if self.alert_webhook_url is None else _masked_text(self.alert_webhook_url)
+        """The alert webhook URL as ``scheme://host/***``: safe to log (a webhook's user,
+        path and query are its secret, as in Slack's URLs)."""
+        return None if self.alert_webhook_url is None else masked_ping_url(self.alert_webhook_url)
 
 
 _cache: weakref.WeakKeyDictionary[Any, GafferSettings] = weakref.WeakKeyDictionary()
@@ -97,7 +102,10 @@ def forget_settings(app: Any) -> None:
 
 
 def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
-    """Parse a SQLAlchemy URL for SQLite or PostgreSQL (psycopg 3) or raise naming ``key``."""
+    """Parse a SQLAlchemy URL for SQLite or PostgreSQL (psycopg 3) or raise naming ``key``.
+
+    ``postgres://`` and ``postgresql://`` mean ``postgresql+psycopg://``.
+    """
     if isinstance(value, URL):
         url = value
     elif isinstance(value, str) and value.strip():
@@ -111,10 +119,16 @@ def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
             url = make_url(value.strip())
         except (ArgumentError, ValueError) as exc:
             raise ConfigurationError(
-                f"{key}: cannot parse {_masked_text(value)!r} as a database URL", field=key
+                f"{key}: cannot parse {_masked_text(value)!r} as a database URL; write it as "
+                "postgresql://user:password@host/db or sqlite:///path",
+                field=key,
             ) from exc
     else:
         raise ConfigurationError(f"{key}: expected a database URL string, got {value!r}", field=key)
+    if url.drivername in _POSTGRES_ALIASES:
+        url = url.set(drivername="postgresql+psycopg")
+    elif url.drivername.startswith("postgres+"):  # named by its driver in the error below
+        url = url.set(drivername="postgresql+" + url.drivername.partition("+")[2])
     backend = url.get_backend_name()
     if backend not in _SUPPORTED_BACKENDS:
         raise ConfigurationError(
@@ -123,12 +137,11 @@ def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
             field=key,
         )
     if backend == "postgresql":
-        if url.drivername not in _POSTGRES_ALIASES:
+        if url.drivername != "postgresql+psycopg":
             raise ConfigurationError(
                 f"{key}: driver {url.drivername!r} is not supported; use postgresql+psycopg://",
                 field=key,
             )
-        url = url.set(drivername="postgresql+psycopg")
     elif url.drivername not in ("sqlite", "sqlite+pysqlite"):
         raise ConfigurationError(f"{key}: use sqlite:///path for SQLite", field=key)
     return url
@@ -158,7 +171,8 @@ def mask_url(url: URL | str) -> str:
 
 
 def masked_ping_url(url: str) -> str:
-    """``url`` with its path and query hidden (a ping URL's path is its secret)."""
+    """``url`` as ``scheme://host[:port]/***``: its user-info, path and query hidden (a
+    ping or webhook URL's path is its secret); ``***`` when it does not parse."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or "?"
@@ -175,17 +189,25 @@ def _ambiguous_at(text: str) -> bool:
     return rest.partition("/")[0].count("@") > 1 or rest.partition("?")[0].count("@") > 1
 
 
+# A URL's scheme and the slashes after it, however many a typo left (``postgresql:/``).
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/*")
+
+
 def _masked_text(text: str) -> str:
-    """Mask what may be secret in a string that does not parse as a URL: everything from
-    ``user:`` to the last ``@`` (a password may hold an unescaped ``@``), and query
-    parameters that look secret. Over-masking is the safe side."""
+    """Mask what may be secret in a string that does not parse as a URL: everything
+    after ``user:`` up to the last ``@`` (a password may hold an unescaped ``@``; a
+    mistyped ``postgresql:/user:PW@host`` too), and query parameters that look secret.
+    Over-masking is the safe side."""
     text = str(text)
-    scheme, sep, rest = text.partition("://")
-    if sep and "@" in rest:
-        userinfo, _, after = rest.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        text = f"{scheme}://{userinfo}@{after}"
+    if "@" in text:
+        scheme = _SCHEME.match(text)
+        head = scheme.group(0) if scheme else ""
+        userinfo, _, after = text[len(head) :].rpartition("@")
+        user, colon, _secret = userinfo.partition(":")
+        # No colon in the user-info: what precedes the '@' may be the password itself
+        # (``user:PW@host`` read ``user:`` as the scheme).
+        userinfo = f"{user}:***" if colon else "***"
+        text = f"{head}{userinfo}@{after}"
     return re.sub(
         r"([?&][^=&]*(?:pass|pwd|secret|token|key|auth|credential)[^=&]*=)[^&]*",
         r"\1***",
@@ -248,12 +270,25 @@ def _port(value: Any) -> int | None:
     return value
 
 
-def _webhook_url(value: Any) -> str | None:
-    key = "gaffer_alert_webhook_url"
+def _webhook_setting(conf: Mapping[str, Any]) -> str | None:
+    """The webhook URL, from whichever of its two keys is set (not both)."""
+    plain, secret = conf.get(WEBHOOK_URL_KEY), conf.get(WEBHOOK_SECRET_URL_KEY)
+    if plain is not None and secret is not None:
+        raise ConfigurationError(
+            f"{WEBHOOK_SECRET_URL_KEY}: set it or {WEBHOOK_URL_KEY}, not both",
+            field=WEBHOOK_SECRET_URL_KEY,
+        )
+    if secret is not None:
+        return _webhook_url(secret, WEBHOOK_SECRET_URL_KEY)
+    return _webhook_url(plain, WEBHOOK_URL_KEY)
+
+
+def _webhook_url(value: Any, key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{key}: expected an http(s) URL string, got {value!r}", field=key)
+        shown = _masked_text(value) if isinstance(value, str) else value
+        raise ConfigurationError(f"{key}: expected an http(s) URL string, got {shown!r}", field=key)
     text = value.strip()
     try:
         parts = urlsplit(text)

@@ -11,6 +11,7 @@ from typing import Any
 
 from celery import signals
 
+from .exceptions import ConfigurationError
 from .runs import endings, recorder
 from .runtime import runtime
 from .settings import settings_for
@@ -26,7 +27,12 @@ def install(app: Any) -> None:
     Safe to call more than once. Raises :class:`~celery_gaffer.ConfigurationError` when
     a ``gaffer_*`` setting is invalid.
     """
-    settings = settings_for(app)
+    try:
+        settings = settings_for(app)
+    except ConfigurationError as exc:
+        # Raised while the app module loads, under Celery's "Unable to load" traceback:
+        # the message names the key, and the frames inside celery-gaffer add nothing.
+        raise ConfigurationError(str(exc), field=exc.field) from None
     if _installed.get(id(app)) is app:
         return
     signals.worker_process_init.connect(

@@ -2,7 +2,8 @@
 
 Layers, lowest first; a module may import its own layer and the layers below it:
 
-0. core: ``exceptions``, ``clock``, ``settings``, ``protocol``, ``signals``, ``runtime``
+0. core: ``exceptions``, ``clock``, ``settings``, ``protocol``, ``signals``, ``runtime``,
+   ``outbound``, ``text``
 1. ``schedules`` (pure: no I/O)
 2. ``store`` (the only package that builds SQL)
 3. ``fencing``, ``runs``, ``beat`` (``runs`` may use ``fencing``; nothing else crosses)
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-CORE = {"exceptions", "clock", "settings", "protocol", "signals", "runtime"}
+CORE = {"exceptions", "clock", "settings", "protocol", "signals", "runtime", "outbound", "text"}
 MIDDLE = {"fencing", "runs", "beat"}
 ADAPTERS = {
     "task",

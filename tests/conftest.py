@@ -16,7 +16,8 @@ from sqlalchemy.engine import URL, make_url
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import dispose_engines, get_engine, migrate, models_for
 
-from .services import AMQP_URL, POSTGRES_URL, REDIS_URL, service_missing
+from . import redis_claim
+from .services import AMQP_URL, POSTGRES_URL, REDIS_SERVER, REDIS_URL, service_missing
 from .support import FrozenClock
 
 pytest_plugins = ("celery.contrib.pytest",)
@@ -108,18 +109,38 @@ def database_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(fixture))
 
 
-@pytest.fixture
-def redis_url() -> str:
-    """A Redis database emptied for this test (fails under CI when Redis does not answer)."""
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+@pytest.fixture(scope="session")
+def redis_database() -> Iterator[redis_claim.Claim | None]:
+    """This run's Redis database: the one ``GAFFER_TEST_REDIS_URL`` names (``None``), or an
+    empty one claimed on 127.0.0.1:6379, deleted at the end (see tests/redis_claim.py)."""
+    if REDIS_URL:
+        yield None
+        return
     try:
-        client.ping()
-        client.flushdb()
+        claim = redis_claim.claim(REDIS_SERVER)
     except redis.RedisError as exc:
-        service_missing("Redis", REDIS_URL, exc)
+        service_missing("Redis", REDIS_SERVER, exc)
+    except redis_claim.ClaimError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    claim.keep()
+    try:
+        yield claim
     finally:
-        client.close()
-    return REDIS_URL
+        claim.release()
+
+
+@pytest.fixture
+def redis_url(redis_database: redis_claim.Claim | None) -> str:
+    """This run's Redis database, emptied for this test (fails under CI when Redis does not
+    answer; never empties a database another test run claimed)."""
+    url = REDIS_URL if redis_database is None else redis_database.url
+    try:
+        redis_claim.empty(url, "" if redis_database is None else redis_database.owner)
+    except redis.RedisError as exc:
+        service_missing("Redis", url, exc)
+    except redis_claim.ClaimError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return url
 
 
 @pytest.fixture

@@ -19,7 +19,10 @@ IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
 POSTGRES_URL = os.environ.get(
     "GAFFER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-REDIS_URL = os.environ.get("GAFFER_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+# A Redis database named here is the tests' to empty; without one, each run claims an empty
+# database of this server's for itself (tests/redis_claim.py).
+REDIS_URL = os.environ.get("GAFFER_TEST_REDIS_URL", "")
+REDIS_SERVER = "redis://127.0.0.1:6379"
 AMQP_URL = os.environ.get("GAFFER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
 

@@ -45,6 +45,19 @@ def message_headers(redis_url: str, queue: str = QUEUE) -> list[dict[str, Any]]:
     return [message["headers"] for message in broker_messages(redis_url, queue)]
 
 
+def empty_redis(redis_url: str) -> None:
+    """Delete every key of the test's Redis database but the run's claim on it (FLUSHDB
+    would drop the claim too, and the next test would refuse the database)."""
+    from .redis_claim import OWNER_KEY, empty
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        owner = client.get(OWNER_KEY)
+    finally:
+        client.close()
+    empty(redis_url, owner.decode() if owner else "")
+
+
 def gaffer_cli(app: Any, *args: str) -> Any:
     """``celery gaffer ARGS`` through click's runner, stdout and stderr kept apart."""
     from types import SimpleNamespace

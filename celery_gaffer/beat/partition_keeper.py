@@ -6,11 +6,16 @@ the default partition, to be moved when its period is made. Beat checks at its f
 tick, then every hour (every half period for periods under two hours), and makes the
 periods up to :func:`~celery_gaffer.store.partitions.ahead` of now when less than half
 of that is left. On SQLite it checks once and never again.
+
+Making a period may move rows out of the default partition, which takes as long as
+there are rows: once :meth:`PartitionKeeper.start` ran, the checks are made by a thread
+of their own (:mod:`.side`), and the tick never waits for them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from ..exceptions import one_line
 from ..store import Database, partitions
 from ..store.database import is_lock_timeout
+from .side import SideThread
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -35,6 +41,39 @@ class PartitionKeeper:
     _check_at: datetime | None = None
     _until: datetime | None = None
     _partitioned: bool = True
+    #: Checks from a thread of its own (:meth:`start`); None: from the tick.
+    _thread: SideThread | None = None
+
+    def start(self, clock: Callable[[], datetime]) -> None:
+        """Check from a thread of its own from now on: :meth:`on_tick` does nothing."""
+        if self._thread is None:
+
+            def job() -> float:
+                now = clock()
+                self.keep(now)
+                if not self._partitioned or self._check_at is None:
+                    return CHECK_EVERY.total_seconds()
+                return (self._check_at - now).total_seconds()
+
+            self._thread = SideThread(
+                "gaffer-partitions",
+                job,
+                retry=RETRY_AFTER.total_seconds(),
+                action="partitions_not_made",
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread without waiting (a period being made is rolled back with the
+        process, and made at the next check)."""
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
+
+    def on_tick(self, now: datetime) -> None:
+        """:meth:`keep`, unless a thread of its own does (:meth:`start`)."""
+        if self._thread is None:
+            self.keep(now)
 
     def keep(self, now: datetime) -> None:
         """Make the periods ahead if it is time to check and too few are left."""

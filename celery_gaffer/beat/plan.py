@@ -147,14 +147,18 @@ def usable_row(
     schedule, rest = parts.get(schedule_key), parts.get(rest_key)
     try:
         if schedule is None:
-            schedule = schedule_from_dict(decode_json(row.schedule))
+            schedule = schedule_from_dict(decode_json(row.schedule, "schedule"))
         if rest is not None:
             # The rest of the entry was validated from the same stored text: only the
             # name (and, above, the schedule) are this row's own.
             parts[schedule_key] = schedule
             spec = replace(rest, name=validate_name(row.name), schedule=schedule)
             return spec, _payload(spec)
-        args, kwargs, options = (decode_json(v) for v in (row.args, row.kwargs, row.options))
+        args, kwargs, options = (
+            decode_json(row.args, "args"),
+            decode_json(row.kwargs, "kwargs"),
+            decode_json(row.options, "options"),
+        )
     except ValueError as exc:
         if isinstance(exc, GafferError):
             raise

@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from ..clock import Clock
 from ..exceptions import one_line
 from ..protocol import FireHeaders, Overlap, format_nominal
+from ..schedules.codecs import codec_problem
 from ..store import Database
 from ..store.fires import Fire, mark_sent
 from ..store.schedules import Payload
@@ -304,6 +305,26 @@ def _transient_errors(producer: Any) -> tuple[type[BaseException], ...]:
     return (*BROKER_ERRORS, *(e for e in extra if isinstance(e, type)))
 
 
+def _unsendable(payload: Payload, exc: BaseException) -> str | None:
+    """Why a send that failed with what looks like a broker error will fail the same way
+    every time, if it will.
+
+    kombu's Redis transport counts a ``KeyError`` as a connection error (for its
+    consumer's poller), so kombu reports a lookup that failed while the message was being
+    built, such as a compression its registry does not know, as a lost connection. A send
+    only publishes: a bare ``KeyError`` under it comes from the message, not the broker.
+    """
+    for option in ("serializer", "compression"):
+        if option in payload.options:
+            problem = codec_problem(option, payload.options[option])
+            if problem is not None:
+                return f"{problem}: the fire cannot be sent"
+    origin = exc.__cause__ if isinstance(exc, BrokerError) else exc
+    if type(origin) is KeyError:
+        return f"options: the fire cannot be sent (KeyError: {origin})"[:500]
+    return None
+
+
 def _send(
     app: Any,
     fire: Fire,
@@ -326,6 +347,9 @@ def _send(
             **options,
         )
     except _transient_errors(producer) as exc:
+        problem = _unsendable(payload, exc)
+        if problem is not None:
+            return problem
         logger.warning(
             "could not publish fire %s (%s: %s); it stays pending and will be republished",
             fire.key,
@@ -335,6 +359,8 @@ def _send(
         )
         return ""
     except Exception as exc:  # noqa: BLE001 - the payload's own fault: isolate its schedule
-        reason = f"options: the fire cannot be sent ({type(exc).__name__}: {exc})"
+        reason = _unsendable(payload, exc) or (
+            f"options: the fire cannot be sent ({type(exc).__name__}: {exc})"
+        )
         return reason.splitlines()[0][:500]
     return None

@@ -13,8 +13,9 @@ The data path of a tick, in order:
 3. :meth:`Tick.confirm_deliveries`: publish again the sent fires no worker ever started
    (opt-in, :mod:`.redelivery`);
 4. :meth:`Tick.check_health`: mark runs whose heartbeat stopped ``lost`` and re-check the
-   health of the schedules whose ``check_at`` has passed (:mod:`.health`), then POST
-   the due webhook alerts of health changes (:mod:`.alerts`).
+   health of the schedules whose ``check_at`` has passed (:mod:`.health`) for at most
+   :data:`HEALTH_BUDGET`, then wake the thread that POSTs the webhook alerts of health
+   changes (:mod:`.alerts`); partitions are made ahead by a thread too (:mod:`.side`).
 
 Between these, :meth:`Tick.send_held` publishes each held fire when its send time comes;
 a run woken only for that makes no probe and no claim (the sent fires are marked
@@ -31,14 +32,11 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
-
-from sqlalchemy import Connection
 
 from ..clock import Clock
 from ..exceptions import one_line
-from ..protocol import RunState
 from ..schedules.spec import ScheduleSpec
 from ..store import Database
 from ..store import fires as ledger
@@ -48,9 +46,9 @@ from ..store.fires import Fire
 from ..store.later import committing
 from ..store.models import Models
 from ..store.schedules import DueSchedule, Payload, Probe
-from .alerts import send_due
+from .alerts import AlertDelivery
 from .catchup import decide
-from .health import announce, check_due
+from .health import announce, check_due_within, sweep_lost
 from .held import CLAIM_AHEAD, HOLD_AHEAD, HeldSends, Sender
 from .metrics import Metrics
 from .partition_keeper import PartitionKeeper
@@ -66,7 +64,8 @@ MAX_PUBLISHES = 4
 #: Longest a Beat with a sender thread decides fires before they are due (it decides
 #: twice as far ahead as its last batch took, decaying, up to this).
 DECIDE_AHEAD = 0.5
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Seconds after which a tick starts no other batch of health checks.
+HEALTH_BUDGET = 0.25
 
 
 @dataclass
@@ -86,8 +85,6 @@ class Tick:
     #: Due rows validated (cached), and the errors of those that cannot be used.
     rows: RowChecks = field(default_factory=RowChecks)
     _next_lost_sweep: float = 0.0
-    #: When an unsent alert is next due (None: none waiting); unknown at start.
-    _alerts_at: datetime | None = field(default_factory=lambda: _EPOCH)
     #: Jittered fires this Beat claimed, sent at their own time (:mod:`.held`).
     held: HeldSends = field(default_factory=HeldSends)
     #: When the database work is next due, by the clock and by time.monotonic(), set
@@ -105,9 +102,12 @@ class Tick:
     _in_run: bool = False
     #: Makes the time partitions ahead (PostgreSQL).
     partitions: PartitionKeeper = field(init=False)
+    #: POSTs the webhook alerts (from a thread of its own once :meth:`start_sender` ran).
+    alerts: AlertDelivery = field(init=False)
 
     def __post_init__(self) -> None:
         self.partitions = PartitionKeeper(self.database)
+        self.alerts = AlertDelivery(self.database, self.clock)
 
     @property
     def models(self) -> Models:
@@ -138,7 +138,7 @@ class Tick:
             self._db_at = None
         settings = self.database.settings
         now = self.clock()
-        self.partitions.keep(now)
+        self.partitions.on_tick(now)
         current = self.probe()
         lead = timedelta(seconds=self._lead)
         fires, checks, pending, confirms = current.due(now, lead)
@@ -154,7 +154,7 @@ class Tick:
                 if not busy or time.monotonic() - started > self.tick_budget:
                     break
                 now = self.clock()
-        alerts_due = self._alerts_at is not None and self._alerts_at <= self.clock()
+        alerts_due = self.alerts.due(self.clock())
         if checks or alerts_due or time.monotonic() >= self._next_lost_sweep:
             worked = True
             self.check_health(self.clock())
@@ -167,8 +167,9 @@ class Tick:
         delay = float(max_interval)
         if wake_at is not None:
             delay = min(delay, (wake_at - self.clock()).total_seconds())
-        if self._alerts_at is not None and settings.alert_webhook_url is not None:
-            delay = min(delay, (self._alerts_at - self.clock()).total_seconds())
+        alerts_in = self.alerts.wait_in(self.clock())
+        if alerts_in is not None:
+            delay = min(delay, alerts_in)
         delay = max(
             0.0, min(delay, self._next_lost_sweep - time.monotonic(), settings.lease_ttl / 3)
         )
@@ -206,7 +207,10 @@ class Tick:
 
     def start_sender(self) -> None:
         """Send held fires from a thread of their own from now on (:class:`.Sender`), with
-        a producer of its own from the app's pool; :meth:`close` stops it."""
+        a producer of its own from the app's pool, and do the side work (alerts,
+        partitions) from threads of its own; :meth:`close` stops them."""
+        self.alerts.start()
+        self.partitions.start(self.clock)
         if self._sender is None:
             self._sender = Sender(
                 self.held,
@@ -261,7 +265,9 @@ class Tick:
     def close(self) -> None:
         """Stop the sender thread, mark what was sent, and give back the held fires not
         sent (one line if the database cannot be reached: any Beat publishes them once
-        their claim runs out)."""
+        their claim runs out). The side threads are stopped without waiting."""
+        self.alerts.stop()
+        self.partitions.stop()
         if self._sender is not None:
             if not self._sender.stop():
                 logger.warning(
@@ -445,18 +451,21 @@ class Tick:
         return found.handled >= self.batch_size
 
     def check_health(self, now: datetime) -> None:
-        """Mark runs whose heartbeat stopped ``lost``, re-check due schedules' health."""
+        """Mark runs whose heartbeat stopped ``lost``, re-check due schedules' health
+        (until :data:`HEALTH_BUDGET` has passed: the rest on the next tick)."""
         settings = self.database.settings
         sweep = time.monotonic() >= self._next_lost_sweep
         if sweep:
             # Heartbeats beat every third of the TTL; looking as often finds a lost run
             # within a TTL and a third, without a query on every tick.
             self._next_lost_sweep = time.monotonic() + settings.lease_ttl / 3
-        with self.database.begin() as conn:
-            lost = sweep_lost(conn, self.models, settings.lease_ttl) if sweep else []
-            changes = check_due(conn, self.models, now, settings, self.batch_size)
-            if self.metrics is not None:
-                self.metrics.observe_runs(conn, self.models, now)
+        lost: list[tuple[str, str | None]] = []
+        if sweep or self.metrics is not None:
+            with self.database.begin() as conn:
+                lost = sweep_lost(conn, self.models, settings.lease_ttl) if sweep else []
+                if self.metrics is not None:
+                    self.metrics.observe_runs(conn, self.models, now)
+        changes = check_due_within(self.database, now, HEALTH_BUDGET, self.batch_size)
         for run_id, schedule in lost:
             logger.error(
                 "run %s of %s is lost: its heartbeat stopped (worker killed?)",
@@ -468,8 +477,8 @@ class Tick:
             announce(health, previous)
             if self.metrics is not None:
                 self.metrics.observe_health(health)
-        # After the changes' commit, so a change's alert goes out on the tick that saw it.
-        self._alerts_at = send_due(self.database, settings, self.clock)
+        # After the changes' commit, so that their alerts are there to send.
+        self.alerts.health_checked(any(str(h.state) != p for h, p in changes))
 
     def _publish(
         self,
@@ -547,19 +556,3 @@ class Tick:
 def _sendable(fire: Fire, payloads: dict[str, Payload]) -> bool:
     payload = payloads.get(fire.schedule)
     return payload is not None and payload.error is None
-
-
-def sweep_lost(
-    conn: Connection, models: Models, stale_after: float
-) -> list[tuple[str, str | None]]:
-    """Mark ``running`` rows whose heartbeat stopped ``stale_after`` seconds ago ``lost``,
-    count each against its schedule, and reopen their fires for delivery confirmation;
-    ``(run id, schedule)`` of each."""
-    stale = run_rows.mark_stale_lost(conn, models, stale_after)
-    for _, schedule, _ in stale:
-        if schedule:
-            schedule_rows.update_schedule_facts(conn, models, schedule, RunState.LOST, None)
-    # With delivery confirmation on, a fire whose run was lost is checked again: if its
-    # message went down with the worker and the broker, it is published again.
-    ledger.reopen_now(conn, models, [task_id for _, _, task_id in stale])
-    return [(str(run_id), schedule) for run_id, schedule, _ in stale]

@@ -1,9 +1,14 @@
-"""What every ``celery gaffer`` command shares: the group, the app, one-line errors, tables."""
+"""What every ``celery gaffer`` command shares: the group, the app, one-line errors, tables.
+
+Text that came from users or the database (names, arguments, run errors) reaches the
+terminal only through :func:`printable`, :func:`echo`, :func:`table` and :func:`fail`:
+control characters are shown escaped, never interpreted, and a long value is cut, saying
+how much was left out.
+"""
 
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -12,13 +17,18 @@ from typing import Any, NoReturn, TypeVar
 import click
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..exceptions import GafferError
+from ..exceptions import GafferError, InvalidInput
+from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
 from ..schedules.display import describe as describe
 from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from ..store import Database, database_for
 from ..store.database import driver_reason
 from ..store.schedule_rows import StoredSchedule
+from ..text import LINE_LIMIT as LINE_LIMIT
+from ..text import VALUE_LIMIT as VALUE_LIMIT
+from ..text import cut_marked, escape_but_layout
+from ..text import printable as printable
 from .times import aware_option
 from .times import when as when  # re-exported: the commands' one way to show an instant
 
@@ -56,9 +66,24 @@ def gaffer_errors(command: F) -> F:
 
 
 def fail(message: str) -> NoReturn:
-    first = " ".join(message.split())  # one line, whatever the message held
-    click.echo(f"error: {first}", err=True)
+    """Print ``message`` as one line on stderr (``error: ...``) and exit 2."""
+    click.echo(f"error: {one_line(message)}", err=True)
     sys.exit(2)
+
+
+def one_line(message: str) -> str:
+    """``message`` on one printable line: whitespace runs become one space, each word is
+    cut at :data:`VALUE_LIMIT` characters and the whole at :data:`LINE_LIMIT`."""
+    words = " ".join(cut_marked(word, VALUE_LIMIT) for word in message.split())
+    return printable(words, LINE_LIMIT)
+
+
+def echo(text: str, *, err: bool = False, limit: int | None = None) -> None:
+    """``click.echo`` for text that holds values from users or the database: control
+    characters escaped but for the newlines and tabs the text is laid out with, and the
+    text cut past ``limit`` characters (cut long values with :func:`printable` instead
+    where the text goes on after them)."""
+    click.echo(escape_but_layout(text, limit), err=err)
 
 
 def store_of(ctx: click.Context, *, check_tasks: bool = True) -> ScheduleStore:
@@ -78,9 +103,10 @@ def json_option(value: str | None, name: str) -> Any:
     if value is None:
         return None
     try:
-        return json.loads(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON ({exc})", param_hint=name) from exc
+        return loads_json(value, name)
+    except InvalidInput as exc:
+        # The field is already named by click's hint: the reason alone.
+        raise click.BadParameter(str(exc).partition(": ")[2], param_hint=name) from None
 
 
 def state_of(stored: StoredSchedule) -> str:
@@ -154,13 +180,14 @@ def table(
     whole: tuple[str, ...] = ("KEY", "TASK ID"),
 ) -> None:
     """Columns of at most 50 characters, a longer cell cut with ``…``; the columns named
-    in ``whole`` (identifiers, to copy) and the last one when ``last_wide`` are never cut."""
+    in ``whole`` (identifiers, to copy) and the last one when ``last_wide`` are cut only
+    past :data:`LINE_LIMIT` characters. Every cell is :func:`printable`."""
     table = [header, *rows]
     limits = [None if name in whole else COLUMN_WIDTH for name in header]
     if last_wide:
         limits[-1] = None
     texts = [
-        [_cut(str(cell), limit) for cell, limit in zip(row, limits, strict=True)] for row in table
+        [cell_text(cell, limit) for cell, limit in zip(row, limits, strict=True)] for row in table
     ]
     widths = [max(len(row[i]) for row in texts) for i in range(len(header))]
     for row in texts:
@@ -174,8 +201,13 @@ def table(
 COLUMN_WIDTH = 50
 
 
-def _cut(text: str, limit: int | None) -> str:
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+def cell_text(cell: object, limit: int | None = COLUMN_WIDTH) -> str:
+    """A table cell as printed: :func:`printable`, then cut to ``limit`` characters with
+    ``…`` (``None``: a whole cell, cut only past :data:`LINE_LIMIT`)."""
+    if limit is None:
+        return printable(cell, LINE_LIMIT)
+    text = printable(cell, limit)  # escaping first: the width is what the terminal shows
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def iso(value: datetime | None) -> str | None:

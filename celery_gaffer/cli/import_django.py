@@ -6,7 +6,7 @@ import click
 
 from ..importers.django_celery_beat import import_django_celery_beat, read_tables
 from .base import gaffer_errors, store_of
-from .imports import import_
+from .imports import import_, print_report
 from .update import dry_run_option
 
 
@@ -28,10 +28,9 @@ def django_celery_beat(ctx: click.Context, database_url: str, dry_run: bool) -> 
     last run becomes the watermark. One line per task: added, changed (which fields),
     unchanged, or cannot be mapped (with the reason), then a summary. Running it twice
     changes nothing the second time.
+    Exit status 1 when some entries cannot be mapped (the others are imported).
     """
     tables = read_tables(database_url)
     store = store_of(ctx)
     report = import_django_celery_beat(store, tables, dry_run=dry_run)
-    for line in report.lines:
-        click.echo(line.render())
-    click.echo(report.summary())
+    print_report(ctx, report)

@@ -6,7 +6,7 @@ import click
 
 from ..importers.redbeat import import_redbeat, key_prefix_of, read_redbeat, redis_url_of
 from .base import app_of, gaffer_errors, store_of
-from .imports import import_
+from .imports import import_, print_report
 from .update import dry_run_option
 
 
@@ -34,6 +34,7 @@ def redbeat(
     One line per entry: added, changed (which fields), unchanged, or cannot be mapped
     (with the reason), then a summary. Each new schedule starts from the entry's
     last_run_at. Running it twice changes nothing the second time. Redis is only read.
+    Exit status 1 when some entries cannot be mapped (the others are imported).
     """
     app = app_of(ctx)
     url = redis_url_of(app, redis_url)
@@ -41,6 +42,4 @@ def redbeat(
     source = read_redbeat(url, prefix)
     store = store_of(ctx)
     report = import_redbeat(store, source, prefix, dry_run=dry_run)
-    for line in report.lines:
-        click.echo(line.render())
-    click.echo(report.summary())
+    print_report(ctx, report)

@@ -4,26 +4,22 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, tzinfo
+from datetime import datetime
 from typing import Any
 
 import click
-from sqlalchemy import Connection
 
-from ..beat.health import Health as HealthReport
-from ..beat.health import all_health
+from ..beat.survey import survey
 from ..clock import utcnow
 from ..exceptions import GafferError
-from ..protocol import Health
 from ..schedules.cron_engine import load_zone
 from ..schedules.kinds import Cron, schedule_from_dict
 from ..store import database_for
 from ..store import runs as run_rows
-from ..store import schedules as schedule_rows
-from ..store.models import Models
 from ..store.retention import cleanup
 from ..store.schedule_rows import decode_json
 from .base import app_of, gaffer, gaffer_errors, iso, ready, table
+from .status_lines import Formats, Tally, echo_batches, table_lines
 from .times import utc_option, when, zone_of
 
 
@@ -50,68 +46,35 @@ def migrate(ctx: click.Context, target: str) -> None:
 
 @gaffer.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--problems", is_flag=True, help="Only the schedules that are not ok.")
 @utc_option
 @click.pass_context
 @gaffer_errors
-def status(ctx: click.Context, as_json: bool, in_utc: bool) -> None:
+def status(ctx: click.Context, as_json: bool, problems: bool, in_utc: bool) -> None:
     """One line per schedule with its state: ok, late, failing, paused or error.
 
     Exits 1 when any schedule is late, failing or in error (use it as a probe or a cron
     check); the last column says why: the nominal fire that has not succeeded, the
     failed runs, or the error. Times of a cron schedule in a zone other than UTC are
-    shown in that zone next to UTC (--utc: in UTC only).
+    shown in that zone next to UTC (--utc: in UTC only). --problems leaves out the
+    schedules that are ok (the exit status is the same).
     """
     database = ready(ctx)
+    settings = database.settings
+    seen = Tally()
+    formats = Formats(in_utc=in_utc)
     with database.read() as conn:
-        healths = all_health(conn, database.models, utcnow(), database.settings)
-        zones = {} if as_json or in_utc else schedule_zones(conn, database.models)
-    if as_json:
-        for h in healths:
-            click.echo(
-                json.dumps(
-                    {
-                        "schedule": h.schedule,
-                        "state": h.state,
-                        "last_success_at": iso(h.last_success_at),
-                        "next_fire_at": iso(h.next_fire_at),
-                        "consecutive_failures": h.consecutive_failures,
-                        "late_since": iso(h.due_nominal_at) if h.state == Health.LATE else None,
-                        "error": h.error,
-                        "reason": h.reason,
-                    }
-                )
-            )
-    else:
-        table(
-            ("SCHEDULE", "STATE", "LAST SUCCESS", "NEXT RUN", "FAILURES", "REASON"),
-            [
-                (
-                    h.schedule,
-                    h.state,
-                    when(h.last_success_at, zones.get(h.schedule)),
-                    when(h.next_fire_at, zones.get(h.schedule)),
-                    h.consecutive_failures,
-                    reason(h, zones.get(h.schedule)),
-                )
-                for h in healths
-            ],
-            last_wide=True,
-        )
-        click.echo(f"{len(healths)} schedules; database {database.settings.masked_url}")
-    if any(h.alerting for h in healths):
+        surveyed = seen.count(survey(conn, database.models, utcnow(), settings), problems)
+        if as_json:
+            echo_batches(formats.json_line(health) for _, health in surveyed)
+        else:
+            echo_batches(table_lines(formats.cells(row, health) for row, health in surveyed))
+    if not as_json:
+        counted = f"{seen.shown} of {seen.total}" if problems else str(seen.total)
+        not_ok = " not ok" if problems else ""
+        click.echo(f"{counted} schedules{not_ok}; database {settings.masked_url}")
+    if seen.alerting:
         sys.exit(1)
-
-
-def reason(health: HealthReport, zone: tzinfo | None) -> str:
-    """Why a schedule is in its state, with the late fire in the schedule's zone."""
-    if health.state == Health.LATE and health.due_nominal_at is not None:
-        return f"the fire of {when(health.due_nominal_at, zone)} has not succeeded"
-    return " ".join(health.reason.split())
-
-
-def schedule_zones(conn: Connection, models: Models) -> dict[str, tzinfo | None]:
-    """The zone each schedule's times are shown in, by name."""
-    return {s.name: zone_of(s.schedule) for s in schedule_rows.list_schedules(conn, models)}
 
 
 @gaffer.command()

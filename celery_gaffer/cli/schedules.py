@@ -11,13 +11,16 @@ from ..exceptions import ScheduleExists
 from ..schedules.kinds import At, Schedule, cron, every
 from ..schedules.preview import LISTED_FIRES
 from .base import (
+    LINE_LIMIT,
     describe,
+    echo,
     fail,
     gaffer,
     gaffer_errors,
     json_option,
     policy_of,
     policy_options,
+    printable,
     schedule_json,
     state_of,
     store_of,
@@ -62,7 +65,7 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool
     )
     for s in rows:
         if s.error:
-            click.echo(f"error in {s.name}: {s.error}", err=True)
+            echo(f"error in {printable(s.name)}: {printable(s.error, LINE_LIMIT)}", err=True)
 
 
 def options_text(options: dict[str, Any] | None) -> str:

@@ -3,25 +3,23 @@
 Each entry is translated exactly (``celery_gaffer.schedules.celery_beat``) or reported as
 cannot be mapped, with the reason; nothing is approximated. Applying is idempotent: an
 entry equal to its stored schedule is not written. A ``celerybeat-schedule`` shelve
-(Celery's ``PersistentScheduler``) gives each new schedule its last run as watermark.
+(Celery's ``PersistentScheduler``) gives each new schedule its last run as watermark; it
+is read by :mod:`.celery_shelve`, which loads nothing but Celery's own classes from it.
 """
 
 from __future__ import annotations
 
-import shelve
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import GafferError, InvalidInput
+from ..exceptions import InvalidInput
 from ..schedule_store import ScheduleStore
 from ..schedules.celery_beat import translate
 from ..schedules.spec import validate_entry
-from .common import Candidate, ImportLine, ImportReport, apply_candidates
-
-# The files dbm writes for a shelve named ``path`` (as Celery's PersistentScheduler knows).
-_SHELVE_SUFFIXES = ("", ".db", ".dat", ".dir")
+from .celery_shelve import RefusedGlobal, exists, read_entries
+from .common import Candidate, ImportLine, ImportReport, apply_candidates, printable, refusal
 
 
 def app_zone(app: Any) -> str:
@@ -41,22 +39,27 @@ def app_zone(app: Any) -> str:
 def read_shelve(path: str | Path) -> dict[str, datetime]:
     """Each entry's ``last_run_at`` (aware, UTC) from a Celery ``celerybeat-schedule`` file.
 
-    The file is opened read-only with :mod:`shelve`, which unpickles it: Celery's
-    ``PersistentScheduler`` writes it that way. Read only a file your own Beat wrote.
+    The file is only read, and only Celery's schedule classes, dates, zones and builtin
+    containers are loaded from it: a file that names anything else is refused whole,
+    before anything it names is called (InvalidInput naming ``shelve``).
     """
-    if not any(Path(f"{path}{suffix}").is_file() for suffix in _SHELVE_SUFFIXES):
+    if not exists(path):
         raise InvalidInput(f"shelve: no file {str(path)!r}", field="shelve")
     try:
-        with shelve.open(str(path), flag="r") as db:  # the user's own Beat file
-            entries = db.get("entries", {})
-            runs = {
-                str(name): _utc(getattr(entry, "last_run_at", None))
-                for name, entry in dict(entries).items()
-            }
-    except Exception as exc:  # any failure: one message naming the file
+        runs = {
+            str(name): _utc(getattr(entry, "last_run_at", None))
+            for name, entry in read_entries(path).items()
+        }
+    except RefusedGlobal as exc:
+        raise InvalidInput(
+            f"shelve: {printable(str(exc))} from {str(path)!r}: not a celerybeat-schedule "
+            "file of Celery's (nothing was read from it)",
+            field="shelve",
+        ) from exc
+    except Exception as exc:  # dbm's or pickle's: one message naming the file
         raise InvalidInput(
             f"shelve: cannot read {str(path)!r} as a celerybeat-schedule file: "
-            f"{type(exc).__name__}: {exc}",
+            f"{type(exc).__name__}: {printable(str(exc))}",
             field="shelve",
         ) from exc
     return {name: when for name, when in runs.items() if when is not None}
@@ -81,10 +84,10 @@ def import_beat_schedule(
     tz = app_zone(store.app)
     known = _known_tasks(store.app)
     runs = last_runs or {}
-    candidates = (
+    candidates = [
         _candidate(str(name), entry, tz, known, runs.get(str(name)))
         for name, entry in beat_schedule.items()
-    )
+    ]
     return apply_candidates(store, candidates, dry_run=dry_run, source="beat_schedule")
 
 
@@ -111,8 +114,8 @@ def _candidate(
             gaffer=entry.get("gaffer"),
             known_tasks=known,
         )
-    except GafferError as exc:
-        return Candidate(name, None, str(exc))
+    except Exception as exc:  # noqa: BLE001 - whatever the entry holds, only it is refused
+        return refusal(name, exc)
     return Candidate(
         spec.name,
         spec,

@@ -1,18 +1,44 @@
 """What every importer shares: a candidate per source entry, compared with the stored
-schedule of its name and written (or, in a dry run, only described) idempotently."""
+schedule of its name and written (or, in a dry run, only described) idempotently.
+
+An import never half-writes: every source entry is read and checked first (any failure
+of one entry makes it "cannot be mapped", with the reason), then the mapped entries that
+differ from what is stored are written in one transaction, all or none.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from ..exceptions import ScheduleNotFound
+from ..exceptions import GafferError, ScheduleNotFound
+from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
 from ..schedules.spec import ScheduleSpec
 from ..store.schedule_rows import StoredSchedule, policy_dict
+from ..text import printable
 
 ADDED, CHANGED, UNCHANGED, REFUSED = "added", "changed", "unchanged", "cannot be mapped"
+#: How much of a reason or note a report line shows (a name: the default of printable).
+SHOWN_REASON = 400
+
+
+def loads(text: str, field: str) -> Any:
+    """A source value's JSON (:func:`~celery_gaffer.protocol.loads_json`: InvalidInput
+    naming ``field`` when it does not parse or nests too deeply)."""
+    return loads_json(text, field)
+
+
+def reason_of(exc: BaseException) -> str:
+    """Why one entry cannot be mapped: a GafferError's own message, else the exception's
+    type and message (an unexpected failure still refuses only that entry)."""
+    if isinstance(exc, GafferError):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to read (RecursionError)"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +51,11 @@ class ImportLine:
     note: str | None = None
 
     def render(self) -> str:
-        detail = f": {self.detail}" if self.detail else ""
-        note = f" (note: {self.note})" if self.note else ""
-        return f"{self.name}: {self.outcome}{detail}{note}"
+        """One terminal line; the source's text escaped and cut (it may hold anything)."""
+        detail = " ".join(self.detail.split())
+        shown = f": {printable(detail, SHOWN_REASON)}" if detail else ""
+        note = f" (note: {printable(self.note, SHOWN_REASON)})" if self.note else ""
+        return f"{printable(self.name)}: {self.outcome}{shown}{note}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +68,11 @@ class ImportReport:
     def count(self, outcome: str) -> int:
         return sum(1 for line in self.lines if line.outcome == outcome)
 
+    @property
+    def refused(self) -> int:
+        """How many entries cannot be mapped (the CLI exits 1 when any)."""
+        return self.count(REFUSED)
+
     def summary(self) -> str:
         if not self.lines:
             return f"no entries in {self.source}: nothing to import"
@@ -47,7 +80,7 @@ class ImportReport:
             f"{self.count(outcome)} {outcome}" for outcome in (ADDED, CHANGED, UNCHANGED)
         )
         dry = " (dry run: nothing written)" if self.dry_run else ""
-        return f"{len(self.lines)} entries: {counts}, {self.count(REFUSED)} cannot be mapped{dry}"
+        return f"{len(self.lines)} entries: {counts}, {self.refused} cannot be mapped{dry}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +100,44 @@ class Candidate:
     watermark_from: str = ""
 
 
+def refusal(name: str, exc: BaseException) -> Candidate:
+    """The candidate for an entry whose reading or checking raised ``exc``."""
+    return Candidate(name, None, reason_of(exc))
+
+
 def apply_candidates(
     store: ScheduleStore, candidates: Iterable[Candidate], *, dry_run: bool, source: str
 ) -> ImportReport:
     """Add or replace each mapped candidate whose stored schedule differs (nothing when
-    ``dry_run``), and report one line per candidate."""
-    lines = [_apply(store, candidate, dry_run) for candidate in candidates]
+    ``dry_run``), and report one line per candidate.
+
+    Every candidate is built and compared before the first write; the writes are one
+    transaction, so a failure leaves nothing written (and raises).
+    """
+    lines: list[ImportLine] = []
+    writes: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for candidate in list(candidates):
+        if candidate.spec is not None and candidate.spec.name in seen:
+            candidate = Candidate(
+                candidate.name, None, "name: another entry of this import has the same name"
+            )
+        line, write = _plan(store, candidate)
+        lines.append(line)
+        if candidate.spec is not None:
+            seen.add(candidate.spec.name)
+        if write is not None:
+            writes.append(write)
+    if writes and not dry_run:
+        store.add_all(writes)
     return ImportReport(lines, dry_run, source)
 
 
-def _apply(store: ScheduleStore, candidate: Candidate, dry_run: bool) -> ImportLine:
+def _plan(store: ScheduleStore, candidate: Candidate) -> tuple[ImportLine, dict[str, Any] | None]:
+    """The line for ``candidate`` and the ``add_all`` entry that applies it (None: none)."""
     spec = candidate.spec
     if spec is None:
-        return ImportLine(candidate.name, REFUSED, candidate.reason, candidate.note)
+        return ImportLine(candidate.name, REFUSED, candidate.reason, candidate.note), None
     note = candidate.note
     current = stored(store, spec.name)
     if current is not None and not current.enabled and spec.policy.enabled:
@@ -92,15 +150,13 @@ def _apply(store: ScheduleStore, candidate: Candidate, dry_run: bool) -> ImportL
             detail += f", last run {candidate.watermark.isoformat()}"
             if candidate.watermark_from:
                 detail += f" {candidate.watermark_from}"
-        if not dry_run:
-            _write(store, spec, replace=False, watermark=candidate.watermark)
-        return ImportLine(spec.name, ADDED, detail, note)
+        write = _entry(spec, replace=False, watermark=candidate.watermark)
+        return ImportLine(spec.name, ADDED, detail, note), write
     changed = changed_fields(spec, current)
     if not changed:
-        return ImportLine(spec.name, UNCHANGED, note=note)
-    if not dry_run:
-        _write(store, spec, replace=True, watermark=None)
-    return ImportLine(spec.name, CHANGED, ", ".join(changed), note)
+        return ImportLine(spec.name, UNCHANGED, note=note), None
+    write = _entry(spec, replace=True, watermark=None)
+    return ImportLine(spec.name, CHANGED, ", ".join(changed), note), write
 
 
 def stored(store: ScheduleStore, name: str) -> StoredSchedule | None:
@@ -126,20 +182,18 @@ def changed_fields(spec: ScheduleSpec, current: StoredSchedule) -> list[str]:
     return [field for field, (new, old) in pairs.items() if new != old]
 
 
-def _write(
-    store: ScheduleStore, spec: ScheduleSpec, *, replace: bool, watermark: datetime | None
-) -> None:
-    store.add(
-        spec.name,
-        spec.task,
-        spec.schedule,
-        args=spec.args,
-        kwargs=spec.kwargs,
-        options=spec.options,
-        gaffer=policy_dict(spec.policy),
-        replace=replace,
-        watermark_at=watermark,
-    )
+def _entry(spec: ScheduleSpec, *, replace: bool, watermark: datetime | None) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "task": spec.task,
+        "schedule": spec.schedule,
+        "args": spec.args,
+        "kwargs": spec.kwargs,
+        "options": spec.options,
+        "gaffer": policy_dict(spec.policy),
+        "replace": replace,
+        "watermark_at": watermark,
+    }
 
 
 __all__ = [
@@ -152,5 +206,9 @@ __all__ = [
     "ImportReport",
     "apply_candidates",
     "changed_fields",
+    "loads",
+    "printable",
+    "reason_of",
+    "refusal",
     "stored",
 ]

@@ -7,31 +7,33 @@ exactly by :mod:`celery_gaffer.schedules.celery_beat`, or refused with the reaso
 interval rows an ``every`` anchored at the last run (its Beat counts from it), clocked
 rows an ``at``; solar rows cannot be mapped. Naive datetimes (SQLite) are read as UTC,
 which is what Django stores there when ``USE_TZ`` is on (its default); on PostgreSQL the
-columns hold instants whatever ``USE_TZ`` says.
+columns hold instants whatever ``USE_TZ`` says. SQLite's dates arrive as text and are
+parsed here, per row: a row that does not parse (a bad date, a NULL where Django never
+writes one, JSON nested too deeply) is that row's "cannot be mapped", never the import's.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery.schedules import crontab
+from celery.schedules import ParseException, crontab
 
-from ..exceptions import GafferError, InvalidInput
+from ..exceptions import InvalidInput
 from ..schedule_store import ScheduleStore
 from ..schedules.celery_beat import translate
 from ..schedules.kinds import At, Schedule, at, every
 from ..schedules.spec import ScheduleSpec, validate_entry
 from ..store.django_celery_beat import Tables, read_tables
-from .common import Candidate, ImportReport, apply_candidates
+from .common import Candidate, ImportReport, apply_candidates, loads, refusal
 
 WATERMARK_FROM = "from django-celery-beat"
 _UTC = timezone.utc
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
 _PERIODS = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1, "microseconds": 1e-6}
+_CRONTAB_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
 
 
 def import_django_celery_beat(
@@ -40,7 +42,7 @@ def import_django_celery_beat(
     """Write (or, with ``dry_run``, only compare) one schedule per periodic task."""
     known = _known_tasks(store.app)
     now = datetime.now(_UTC)
-    candidates = (_candidate(row, tables, known, now) for row in tables.tasks)
+    candidates = [_candidate(row, tables, known, now) for row in tables.tasks]
     return apply_candidates(
         store, candidates, dry_run=dry_run, source="django-celery-beat's periodic tasks"
     )
@@ -58,14 +60,14 @@ def _candidate(
     name = str(row["name"])
     notes: list[str] = []
     try:
-        last_run = utc(row["last_run_at"])
+        last_run = utc(row["last_run_at"], "last_run_at")
         # What its Beat counts from when the row never ran (ModelEntry.__init__).
-        reference = last_run or utc(row["date_changed"]) or now
+        reference = last_run or utc(row["date_changed"], "date_changed") or now
         schedule = _schedule(row, tables, reference, notes)
         entry = _entry(row, schedule, reference, notes, known)
-    except GafferError as exc:
-        return Candidate(name, None, str(exc))
-    watermark, source = _watermark(row, schedule, last_run, reference, now, notes)
+        watermark, source = _watermark(row, schedule, last_run, reference, now, notes)
+    except Exception as exc:  # noqa: BLE001 - whatever the row holds, only it is refused
+        return refusal(name, exc)
     return Candidate(
         entry.name,
         entry,
@@ -85,14 +87,17 @@ def _schedule(
         period = _PERIODS.get(str(interval["period"]))
         if period is None:
             raise InvalidInput(f"interval: unknown period {interval['period']!r}", field="interval")
-        seconds = interval["every"] * period
+        count = interval["every"]
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise InvalidInput(f"interval: every {count!r} is not a whole number", field="interval")
+        seconds = count * period
         if seconds != int(seconds) or seconds < 1:
             raise InvalidInput(
                 f"interval: Gaffer intervals are whole seconds, got every {interval['every']} "
                 f"{interval['period']}",
                 field="interval",
             )
-        anchor = utc(row["start_time"]) if row["last_run_at"] is None else None
+        anchor = utc(row["start_time"], "start_time") if row["last_run_at"] is None else None
         anchor = anchor or reference
         notes.append(
             "anchored at its last run (else start_time, else date_changed), which its Beat "
@@ -101,16 +106,7 @@ def _schedule(
         return every(int(seconds), anchor=anchor)
     if row["crontab_id"] is not None:
         fields = _linked(tables.crontabs, row["crontab_id"], "crontab")
-        try:
-            value = crontab(
-                minute=fields["minute"],
-                hour=fields["hour"],
-                day_of_week=fields["day_of_week"],
-                day_of_month=fields["day_of_month"],
-                month_of_year=fields["month_of_year"],
-            )
-        except ValueError as exc:
-            raise InvalidInput(f"crontab: {exc}", field="crontab") from exc
+        value = _crontab(fields)
         translation = translate(value, str(fields["timezone"] or "UTC"))
         if translation.note:
             notes.append(translation.note)
@@ -124,13 +120,34 @@ def _schedule(
         )
     if row["clocked_id"] is not None:
         clocked = _linked(tables.clocked, row["clocked_id"], "clocked")
-        when = utc(clocked["clocked_time"])
+        when = utc(clocked["clocked_time"], "clocked_time")
         if when is None:
             raise InvalidInput("clocked: no clocked_time", field="clocked")
         return at(when)
     raise InvalidInput(
         "schedule: none of interval, crontab, solar or clocked is set", field="schedule"
     )
+
+
+def _crontab(fields: Mapping[str, Any]) -> crontab:
+    """Celery's crontab of a crontab row, or InvalidInput naming the field it refuses."""
+    for field in _CRONTAB_FIELDS:
+        if not isinstance(fields[field], str):
+            raise InvalidInput(f"crontab: {field} {fields[field]!r} is not text", field="crontab")
+    try:
+        return crontab(**{field: fields[field] for field in _CRONTAB_FIELDS})
+    except (ValueError, ParseException) as exc:
+        bad = next((field for field in _CRONTAB_FIELDS if not _parses(field, fields[field])), "")
+        shown = f"{bad} {fields[bad]!r}: " if bad else ""
+        raise InvalidInput(f"crontab: {shown}{exc}", field="crontab") from exc
+
+
+def _parses(field: str, value: str) -> bool:
+    try:
+        crontab(**{field: value})
+    except (ValueError, ParseException):
+        return False
+    return True
 
 
 def _linked(rows: Mapping[int, dict[str, Any]], key: int, field: str) -> dict[str, Any]:
@@ -154,7 +171,7 @@ def _entry(
     }
     if row["expire_seconds"]:
         options["expires"] = row["expire_seconds"]
-    headers = _json(row["headers"] or "{}", "headers")
+    headers = loads(row["headers"] or "{}", "headers")
     if not isinstance(headers, dict):
         raise InvalidInput("headers: expected a JSON object", field="headers")
     # Its Beat adds the periodic task's name to every message's headers.
@@ -162,10 +179,10 @@ def _entry(
     gaffer: dict[str, Any] = {"enabled": bool(row["enabled"])}
     if not row["enabled"]:
         notes.append("disabled: imported paused")
-    start = utc(row["start_time"])
+    start = utc(row["start_time"], "start_time")
     if start is not None:
         gaffer["start_at"] = start
-    expires = utc(row["expires"])
+    expires = utc(row["expires"], "expires")
     end = None
     if expires is not None:
         # Its Beat stops once now >= expires: the last fire it sends is before it.
@@ -176,7 +193,7 @@ def _entry(
             gaffer["max_runs"] = 1
         if row["total_run_count"]:
             # Its Beat disables a one-off that ran, without sending it again.
-            ran = utc(row["last_run_at"]) or reference
+            ran = utc(row["last_run_at"], "last_run_at") or reference
             end = ran if end is None else min(end, ran)
             notes.append("one_off that already ran: ends at its last run, as its Beat stops it")
     if end is not None:
@@ -185,8 +202,8 @@ def _entry(
         name=row["name"],
         task=row["task"],
         schedule=schedule,
-        args=_json(row["args"] or "[]", "args"),
-        kwargs=_json(row["kwargs"] or "{}", "kwargs"),
+        args=loads(row["args"] or "[]", "args"),
+        kwargs=loads(row["kwargs"] or "{}", "kwargs"),
         options=options,
         gaffer=gaffer,
         known_tasks=known,
@@ -218,17 +235,21 @@ def _watermark(
     return mark, source
 
 
-def _json(text: str, field: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidInput(f"{field}: not valid JSON ({exc})", field=field) from exc
+def utc(value: Any, field: str) -> datetime | None:
+    """An aware UTC datetime; a naive one is UTC (Django stores UTC when ``USE_TZ``).
 
-
-def utc(value: Any) -> datetime | None:
-    """An aware UTC datetime; a naive one is UTC (Django stores UTC when ``USE_TZ``)."""
-    if not isinstance(value, datetime):
+    ``value`` is a datetime (PostgreSQL), ISO text (SQLite's column) or None; anything
+    else is InvalidInput naming ``field``.
+    """
+    if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidInput(f"{field}: not a date: {value!r}", field=field) from exc
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{field}: not a date: {value!r}", field=field)
     if value.utcoffset() is None:
         return value.replace(tzinfo=_UTC)
     return value.astimezone(_UTC)

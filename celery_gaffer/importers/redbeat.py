@@ -8,8 +8,10 @@ arguments), ``interval`` (``every`` seconds, ``relative``), ``rrule`` (dateutil'
 ``dtstart``/``until`` as Unix seconds plus ``*_tz`` offset minutes), ``weekday`` and
 ``datetime`` (its fields and ``timezone``: an IANA name or an offset in seconds).
 
-This module reads that with redis-py and parses the JSON itself (redbeat is not
-imported). Each entry is mapped exactly or reported as cannot be mapped, with the reason:
+:mod:`.redbeat_source` reads that with redis-py; this module parses the JSON itself
+(redbeat is not imported, and the JSON's depth is bounded). Each entry is mapped exactly
+or reported as cannot be mapped, with the reason (a key or value that is not UTF-8, a
+member that is not a hash and any other failure of one entry included):
 
 - ``crontab``: evaluated by redbeat's Beat in the app's zone, translated as
   ``beat-schedule`` does (a note on DST days that may differ);
@@ -25,31 +27,32 @@ imported). Each entry is mapped exactly or reported as cannot be mapped, with th
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import redis
-from celery.schedules import crontab
+from celery.schedules import ParseException, crontab
 
 from ..exceptions import GafferError, InvalidInput
+from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
 from ..schedules.celery_beat import translate
 from ..schedules.kinds import EPOCH, Every, Schedule, at, every
 from ..schedules.spec import validate_entry
-from ..settings import mask_url
 from .beat_schedule import app_zone
-from .common import Candidate, ImportReport, apply_candidates, stored
+from .common import Candidate, ImportReport, apply_candidates, refusal, stored
+from .redbeat_source import (
+    DEFAULT_PREFIX,
+    RawEntry,
+    RedbeatSchedule,
+    RedbeatUnavailable,
+    key_prefix_of,
+    read_redbeat,
+    redis_url_of,
+)
 
 UTC = timezone.utc
-#: redbeat's default ``redbeat_key_prefix``.
-DEFAULT_PREFIX = "redbeat:"
-_SCHEMES = ("redis://", "rediss://")
-_CONNECT_TIMEOUT = 5.0
 # dateutil's frequencies (YEARLY=0 ... SECONDLY=6) and, for those that are elapsed time in
 # a fixed offset, their length.
 _FREQ_NAMES = ("YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY", "MINUTELY", "SECONDLY")
@@ -66,116 +69,6 @@ _BY_RULES = (
     "byminute",
     "bysecond",
 )
-
-
-class RedbeatUnavailable(GafferError):
-    """The Redis that holds redbeat's schedule could not be read."""
-
-
-@dataclass(frozen=True, slots=True)
-class RawEntry:
-    """One member of redbeat's schedule set: its key and the hash's two fields, as stored."""
-
-    key: str
-    definition: str | None
-    meta: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class RedbeatSchedule:
-    """What was read: the schedule set's key and its entries, in due order."""
-
-    schedule_key: str
-    entries: list[RawEntry]
-
-
-def redis_url_of(app: Any, given: str | None) -> str:
-    """``given``, else ``redbeat_redis_url``, else ``broker_url``: a redis:// or rediss:// URL."""
-    url = given or app.conf.get("redbeat_redis_url") or app.conf.broker_url
-    if not url:
-        raise InvalidInput(
-            "redis_url: no Redis URL: pass --redis-url or set redbeat_redis_url",
-            field="redis_url",
-        )
-    if not str(url).startswith(_SCHEMES):
-        raise InvalidInput(
-            f"redis_url: {mask_url(str(url))} is not a redis:// or rediss:// URL (redbeat's "
-            "sentinel and cluster URLs are not read: pass --redis-url of the master)",
-            field="redis_url",
-        )
-    return str(url)
-
-
-def key_prefix_of(app: Any, given: str | None) -> str:
-    """``given``, else ``redbeat_key_prefix``, else ``redbeat:`` (as redbeat reads it)."""
-    prefix = given if given is not None else app.conf.get("redbeat_key_prefix")
-    prefix = prefix or DEFAULT_PREFIX
-    if not isinstance(prefix, str):
-        raise InvalidInput(f"key_prefix: expected text, got {prefix!r}", field="key_prefix")
-    return prefix
-
-
-def read_redbeat(url: str, prefix: str) -> RedbeatSchedule:
-    """Every entry of redbeat's schedule set ``<prefix>:schedule`` (keys as redbeat builds
-    them: ``redbeat`` and ``redbeat:`` are different sets, ``redbeat:schedule`` and
-    ``redbeat::schedule``; when only the other one exists, the error says so)."""
-    schedule_key = prefix + ":schedule"
-    client = redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_connect_timeout=_CONNECT_TIMEOUT,
-        socket_timeout=_CONNECT_TIMEOUT,
-    )
-    try:
-        kind = _text(client.type(schedule_key))
-        if kind == "none":
-            _check_other_spelling(client, prefix)
-        elif kind != "zset":
-            raise InvalidInput(
-                f"key_prefix: {schedule_key!r} is a Redis {kind}, not redbeat's sorted set",
-                field="key_prefix",
-            )
-        keys = [str(key) for key in client.zrange(schedule_key, 0, -1)]
-        with client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hget(key, "definition")
-                pipe.hget(key, "meta")
-            fields = pipe.execute()
-    except redis.RedisError as exc:
-        raise RedbeatUnavailable(
-            f"redis_url: cannot read redbeat's schedule at {mask_url(url)}: "
-            f"{type(exc).__name__}: {_masked_reason(exc, url)}",
-            field="redis_url",
-        ) from exc
-    finally:
-        client.close()
-    entries = [
-        RawEntry(key, _text(fields[2 * i]), _text(fields[2 * i + 1])) for i, key in enumerate(keys)
-    ]
-    return RedbeatSchedule(schedule_key, entries)
-
-
-def _check_other_spelling(client: redis.Redis, prefix: str) -> None:
-    other = prefix[:-1] if prefix.endswith(":") else prefix + ":"
-    if other and client.exists(other + ":schedule"):
-        raise InvalidInput(
-            f"key_prefix: no redbeat schedule {prefix + ':schedule'!r}, but "
-            f"{other + ':schedule'!r} exists: pass --key-prefix {other!r} (redbeat appends "
-            "':schedule' to the prefix as given)",
-            field="key_prefix",
-        )
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _masked_reason(exc: Exception, url: str) -> str:
-    text = " ".join(str(exc).split())
-    password = urlsplit(url).password
-    if password:
-        text = text.replace(password, "***")
-    return text
 
 
 def import_redbeat(
@@ -197,8 +90,12 @@ def import_redbeat(
 def _candidate(
     entry: RawEntry, prefix: str, tz: str, known: Mapping[str, Any], app: Any, now: datetime
 ) -> Candidate:
-    name = entry.key[len(prefix) :] if entry.key.startswith(prefix) else entry.key
+    key = entry.key.decode("utf-8", "backslashreplace")
+    name = key[len(prefix) :] if key.startswith(prefix) else key
     try:
+        _check_utf8(entry.key)
+        if entry.problem is not None:
+            raise InvalidInput(entry.problem, field="key")
         definition = _decode(entry.definition, "definition")
         if not isinstance(definition, dict):
             raise InvalidInput("definition: expected a JSON object", field="definition")
@@ -220,8 +117,8 @@ def _candidate(
             gaffer={"enabled": definition.get("enabled", True), **bounds},
             known_tasks=known,
         )
-    except GafferError as exc:
-        return Candidate(name, None, str(exc))
+    except Exception as exc:  # noqa: BLE001 - whatever the entry holds, only it is refused
+        return refusal(name, exc)
     if last_run is not None and last_run > now:  # redbeat's clock is ahead of this one
         ahead = f"redbeat's last run {last_run.isoformat()} is after this clock: starts now"
         note = ahead if note is None else f"{note}; {ahead}"
@@ -229,11 +126,32 @@ def _candidate(
     return Candidate(spec.name, spec, note=note, watermark=last_run, watermark_from="from redbeat")
 
 
-def _decode(text: str | None, field_name: str) -> Any:
-    if text is None:
+def _check_utf8(key: bytes) -> None:
+    """Refuse a key redbeat itself (which reads text) could not have written."""
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"key: not UTF-8 text ({exc.reason} at byte {exc.start}): not written by redbeat",
+            field="key",
+        ) from exc
+
+
+def _decode(value: bytes | None, field_name: str) -> Any:
+    if value is None:
         raise InvalidInput(f"{field_name}: the entry's hash has no {field_name}", field=field_name)
     try:
-        return json.loads(text, object_hook=_object)
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"{field_name}: a binary value, not redbeat's JSON (not UTF-8: {exc.reason} "
+            f"at byte {exc.start})",
+            field=field_name,
+        ) from exc
+    try:
+        return loads_json(text, field_name, object_hook=_object)
+    except InvalidInput:
+        raise
     except (ValueError, TypeError, KeyError, ZoneInfoNotFoundError, OverflowError) as exc:
         raise InvalidInput(
             f"{field_name}: not redbeat's JSON encoding ({type(exc).__name__}: {exc})",
@@ -275,7 +193,7 @@ def _schedule(
             fields = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
             try:
                 value = crontab(**{f: value.get(f, "*") for f in fields}, app=app)
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, ParseException) as exc:
                 raise InvalidInput(f"not a valid crontab: {exc}", field="schedule") from exc
             translation = translate(value, tz)
             return translation.schedule, translation.note, {}

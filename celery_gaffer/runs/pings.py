@@ -2,11 +2,13 @@
 starts, ``<url>`` when it succeeds, ``<url>/fail`` when it fails.
 
 An external monitor that expects these pings notices a job that stopped running even
-when every Beat and worker is down, which no check inside the system can. Pings are
-sent by one daemon thread per process, in order, so that a slow monitor never delays a
-run; each is tried three times (1 s, then 5 s apart) and then given up with one WARNING
-line. A ping still queued when the process exits is lost (the monitor then sees a late
-or missing ping, which is what it is for).
+when every Beat and worker is down, which no check inside the system can. A run never
+waits for a ping: it is queued, and sent by a daemon thread of this process for the
+monitor's origin (scheme, host and port), in order, so that a monitor that hangs delays
+only its own pings. Each attempt has a total deadline and follows no redirect
+(:func:`celery_gaffer.outbound.deliver`); a ping is tried three times (1 s, then 5 s
+apart) and then given up with one WARNING line. A ping still queued when the process
+exits is lost (the monitor then sees a late or missing ping, which is what it is for).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import logging
 import queue
 import threading
 import time
-import urllib.request
 import uuid
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+from ..outbound import DeliveryFailed, deliver
 from ..protocol import RunState
 from ..runtime import runtime
 from ..settings import masked_ping_url
@@ -37,9 +40,16 @@ END_EVENTS: dict[str, str] = {
     RunState.REVOKED: "fail",
     RunState.LOST: "fail",
 }
-TIMEOUT = 10.0
+#: Seconds one attempt may take in all (connect, send and read).
+TIMEOUT = 5.0
 RETRY_DELAYS = (1.0, 5.0)
-QUEUE_LIMIT = 10_000
+#: Most pings waiting for one origin; more are dropped with a WARNING line.
+QUEUE_LIMIT = 1000
+#: Most origins with a thread of their own; pings to further origins share one more.
+MAX_LANES = 32
+#: A lane's thread ends after this many seconds without a ping (started again on demand).
+IDLE_AFTER = 60.0
+_SHARED = "*"
 
 
 def ping_target(url: str, event: str, run_id: str | None) -> str:
@@ -61,69 +71,91 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
+@dataclass
+class _Lane:
+    """The pings of one origin: a bounded queue and the thread that sends them."""
+
+    origin: str
+    queue: queue.Queue[tuple[str, str, str]] = field(
+        default_factory=lambda: queue.Queue(QUEUE_LIMIT)
+    )
+    thread: threading.Thread | None = None
+
+
 class Pinger:
-    """Sends pings from a daemon thread, oldest first (see the module's notes)."""
+    """Sends pings from a daemon thread per monitor origin (see the module's notes)."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, str, str]] = queue.Queue(QUEUE_LIMIT)
-        self._thread: threading.Thread | None = None
+        self._lanes: dict[str, _Lane] = {}
         self._lock = threading.Lock()
 
     def send(self, url: str, event: str, run_id: str | None) -> None:
-        """Queue the ping of ``event`` (``start``, ``success`` or ``fail``) of ``url``."""
-        try:
-            self._queue.put_nowait((url, event, ping_target(url, event, run_id)))
-        except queue.Full:
-            logger.warning(
-                "ping %s of %s dropped: %d pings are waiting already",
-                event,
-                masked_ping_url(url),
-                QUEUE_LIMIT,
-                extra={"action": "ping_dropped"},
-            )
-            return
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="gaffer-pinger", daemon=True
-                    )
-                    self._thread.start()
+        """Queue the ping of ``event`` (``start``, ``success`` or ``fail``) of ``url``;
+        never waits."""
+        target = ping_target(url, event, run_id)
+        parts = urlsplit(target)
+        origin = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port}"
+        with self._lock:
+            if origin not in self._lanes and len(self._lanes) >= MAX_LANES:
+                origin = _SHARED
+            lane = self._lanes.get(origin)
+            if lane is None:
+                lane = self._lanes[origin] = _Lane(origin)
+                lane.thread = threading.Thread(
+                    target=self._run, args=(lane,), name="gaffer-pinger", daemon=True
+                )
+                lane.thread.start()
+            try:
+                lane.queue.put_nowait((url, event, target))
+                return
+            except queue.Full:
+                pass
+        logger.warning(
+            "ping %s of %s dropped: %d pings to its monitor are waiting already",
+            event,
+            masked_ping_url(url),
+            QUEUE_LIMIT,
+            extra={"action": "ping_dropped"},
+        )
 
-    def _run(self) -> None:
+    def _run(self, lane: _Lane) -> None:
         while True:
-            url, event, target = self._queue.get()
+            try:
+                url, event, target = lane.queue.get(timeout=IDLE_AFTER)
+            except queue.Empty:
+                with self._lock:  # send() queues under the lock: nothing is missed
+                    if lane.queue.empty():
+                        del self._lanes[lane.origin]
+                        return
+                continue
             try:
                 self._deliver(url, event, target)
             finally:
-                self._queue.task_done()
+                lane.queue.task_done()
 
     def join(self) -> None:
         """Wait until every queued ping was sent or given up (for tests and shutdown)."""
-        self._queue.join()
+        with self._lock:
+            lanes = list(self._lanes.values())
+        for lane in lanes:
+            lane.queue.join()
 
     def _deliver(self, url: str, event: str, target: str) -> None:
-        error: BaseException | None = None
+        error: Exception | None = None
         for delay in (0.0, *RETRY_DELAYS):
             if delay:
                 time.sleep(delay)
             try:
-                request = urllib.request.Request(
-                    target, method="GET", headers={"User-Agent": "celery-gaffer"}
-                )
-                with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-                    response.read(1024)
+                deliver("GET", target, timeout=TIMEOUT)
                 return
-            except Exception as exc:  # noqa: BLE001 - any failure: try again, then say so
+            except DeliveryFailed as exc:
                 error = exc
-        reason = " ".join(str(error).split())[:200] if error is not None else "?"
         logger.warning(
-            "ping %s of %s failed %d times; given up: %s: %s",
+            "ping %s of %s failed %d times; given up: %s",
             event,
             masked_ping_url(url),
             1 + len(RETRY_DELAYS),
-            type(error).__name__,
-            reason.replace(url, masked_ping_url(url)),
+            error,
             extra={"action": "ping_failed"},
         )
 

@@ -305,6 +305,11 @@ class Cron(GafferSchedule):
     def _fires_after(self, after: datetime) -> Iterator[datetime]:
         return self._engine.fires_after(after)
 
+    def last_at_or_before(self, t: datetime) -> datetime | None:
+        """The latest fire ``f <= t`` (see :meth:`GafferSchedule.last_at_or_before`),
+        computed once per expression, zone and instant."""
+        return _last_cron_fire(self._expr, self._tz, aware_utc(t, "t"))
+
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": "cron", "expr": ..., "tz": ..., "jitter": float}``."""
         return {"kind": "cron", "expr": self._expr, "tz": self._tz, "jitter": self._jitter}
@@ -312,6 +317,13 @@ class Cron(GafferSchedule):
     def __repr__(self) -> str:
         jitter = f", jitter={self._jitter!r}" if self._jitter else ""
         return f"cron({self._expr!r}, tz={self._tz!r}{jitter})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _last_cron_fire(expr: str, tz: str, until: datetime) -> datetime | None:
+    """:meth:`Cron.last_at_or_before` as a pure value: tenants' schedules share a few
+    timings, and a health survey asks each of them about the same instant."""
+    return GafferSchedule.last_at_or_before(Cron(expr, tz), until)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -20,9 +20,18 @@ from urllib.parse import urlsplit
 from celery.schedules import crontab
 
 from ..exceptions import InvalidInput
-from ..protocol import KEY_LENGTH, NAME_LENGTH, PING_URL_LENGTH, Catchup, FireHeaders, Overlap
+from ..protocol import (
+    KEY_LENGTH,
+    NAME_LENGTH,
+    PING_URL_LENGTH,
+    Catchup,
+    FireHeaders,
+    Overlap,
+    loads_json,
+)
 from .bounds import BOUND_KEYS, Bounds, validate_bounds
 from .celery_beat import crontab_refusal
+from .codecs import codec_problem
 from .kinds import MAX_DELAY_SECONDS, Schedule, as_schedule
 
 CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
@@ -62,8 +71,6 @@ SEND_OPTIONS = (
     "delivery_mode",
     "serializer",
 )
-#: The serializers a schedule may name: JSON only (never pickle).
-SERIALIZERS = ("json",)
 # Message headers a schedule may not set: Celery's own protocol headers and Gaffer's.
 RESERVED_HEADERS = frozenset(
     {
@@ -228,7 +235,7 @@ def json_value(value: Any, field_name: str) -> Any:
         )
     # A flat list or str-keyed dict of plain values reads back as itself: a copy, no
     # round trip through the JSON decoder (a bulk load has one such value per entry).
-    decoded: Any = kind(value) if _flat_plain(value, kind) else json.loads(text)
+    decoded: Any = kind(value) if _flat_plain(value, kind) else loads_json(text, field_name)
     bad = _unstorable_text(decoded)
     if bad is not None:
         raise InvalidInput(
@@ -298,15 +305,10 @@ def validate_options(options: Any) -> dict[str, Any]:
         elif name in ("ignore_result", "retry"):
             if not isinstance(value, bool):
                 raise InvalidInput(f"{where}: expected True or False, got {value!r}", field=where)
-        elif name == "serializer":
-            if value not in SERIALIZERS:
-                raise InvalidInput(
-                    f"{where}: only {', '.join(SERIALIZERS)} (never pickle), got {value!r}",
-                    field=where,
-                )
-        elif name == "compression":
-            if not isinstance(value, str) or not value.isidentifier() or len(value) > 32:
-                raise InvalidInput(f"{where}: expected a codec name, got {value!r}", field=where)
+        elif name in ("serializer", "compression"):
+            problem = codec_problem(name, value)
+            if problem is not None:
+                raise InvalidInput(problem, field=where)
         elif name == "delivery_mode":
             if value not in (1, 2, "transient", "persistent"):
                 raise InvalidInput(

@@ -26,6 +26,8 @@ class Alert:
     body: dict[str, Any]
     attempts: int
     created_at: datetime
+    #: Why the previous attempt failed (None: the first attempt, or it was not recorded).
+    last_error: str | None = None
 
 
 def add_alert(
@@ -46,7 +48,14 @@ def claim_alert(conn: Connection, models: Models, now: datetime, hold: timedelta
     Beats for ``hold``; None when none is due."""
     table = table_of(models.Alert)
     stmt = (
-        select(table.c.id, table.c.schedule, table.c.body, table.c.attempts, table.c.created_at)
+        select(
+            table.c.id,
+            table.c.schedule,
+            table.c.body,
+            table.c.attempts,
+            table.c.created_at,
+            table.c.last_error,
+        )
         .where(table.c.next_attempt_at <= now)
         .order_by(table.c.next_attempt_at, table.c.id)
         .limit(1)
@@ -62,7 +71,9 @@ def claim_alert(conn: Connection, models: Models, now: datetime, hold: timedelta
         .where(table.c.id == row.id)
         .values(attempts=attempts, next_attempt_at=now + hold)
     )
-    return Alert(int(row.id), row.schedule, dict(row.body), attempts, row.created_at)
+    return Alert(
+        int(row.id), row.schedule, dict(row.body), attempts, row.created_at, row.last_error
+    )
 
 
 def mark_sent(conn: Connection, models: Models, alert_id: int, now: datetime) -> None:

@@ -1,5 +1,6 @@
-"""What the web console reads: a page of schedules, their latest runs, a schedule's ledger,
-the latest runs and the schedules that may be alerting.
+"""What the web console reads: a page of schedules, their latest runs, a schedule's ledger
+and the latest runs (the schedules that may be alerting: :mod:`.schedule_health`'s survey,
+which ``gaffer status`` reads too).
 
 Every read is bounded and follows an index, so a page costs the same at 100,000 schedules
 as at ten: schedules are paged by name (keyset on the unique name index, never an
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, false, or_, select, true, type_coerce
+from sqlalchemy import Connection, Text, cast, false, or_, select, true
 
 from ..protocol import Health
 from .models import Models, table_of
@@ -127,7 +128,7 @@ def recent_runs(
     """
     runs = table_of(models.JobRun)
     schedules = table_of(models.Schedule)
-    definition = type_coerce(schedules.c.schedule, Text).label("schedule_definition")
+    definition = cast(schedules.c.schedule, Text).label("schedule_definition")
     stmt = (
         select(runs, definition)
         .select_from(runs.outerjoin(schedules, schedules.c.name == runs.c.schedule))
@@ -144,31 +145,3 @@ def recent_runs(
     if state is not None:
         stmt = stmt.where(runs.c.state == state)
     return [dict(row) for row in conn.execute(stmt).mappings()]
-
-
-def alert_candidates(
-    conn: Connection, models: Models, now: datetime, *, limit: int, after: str | None = None
-) -> list[Mapping[Any, Any]]:
-    """Up to ``limit`` rows that may be alerting, by name, the first named after ``after``:
-    in error, stored ``late`` or ``failing``, or enabled with a stale health word
-    (``check_at`` passed). Every other row is ``ok`` or paused until its ``check_at``, so
-    evaluating these alone finds every alert."""
-    table = table_of(models.Schedule)
-    stmt = (
-        select(*readable_columns(table))
-        .where(
-            or_(
-                table.c.error.is_not(None),
-                (table.c.enabled.is_(true()))
-                & or_(
-                    table.c.health.in_([Health.LATE, Health.FAILING]),
-                    table.c.check_at <= now,
-                ),
-            )
-        )
-        .order_by(table.c.name)
-        .limit(limit)
-    )
-    if after is not None:
-        stmt = stmt.where(table.c.name > after)
-    return list(conn.execute(stmt).mappings())

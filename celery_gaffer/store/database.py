@@ -180,7 +180,7 @@ def driver_reason(exc: BaseException) -> str:
 
 
 # Errors that waiting does not fix: authentication (28xxx), a missing database (3D000),
-# no privilege (42501), and SQLite files that cannot be opened or written.
+# no privilege (42501), SQLite files that cannot be opened or written, missing tables.
 _PERMANENT_SQLSTATES = ("28", "3D000", "42501")
 _PERMANENT_TEXT = (
     "password authentication failed",
@@ -189,6 +189,7 @@ _PERMANENT_TEXT = (
     "permission denied",
     "readonly database",
     "unable to open database file",
+    "no such table",
 )
 
 
@@ -208,6 +209,25 @@ def is_permanent(exc: BaseException) -> bool:
         return True
     text = str(orig).lower()
     return any(marker in text for marker in _PERMANENT_TEXT)
+
+
+def fix_for(exc: BaseException) -> str:
+    """What to do about a database error that :func:`is_permanent` calls a mistake."""
+    cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
+    orig = getattr(cause, "orig", None) or cause
+    state = str(getattr(orig, "sqlstate", "") or "")
+    text = str(orig).lower()
+    if state.startswith("28") or "password" in text or 'role "' in text or "pg_hba" in text:
+        return "check the user name and password in gaffer_database_url"
+    if state == "3D000" or ("database" in text and "does not exist" in text):
+        return "create the database, then run `celery -A <app> gaffer migrate`"
+    if "readonly database" in text or "unable to open database file" in text:
+        return "make the SQLite file and its folder writable by the user Beat runs as"
+    if state == "42501" or "permission denied" in text:
+        return "grant the database user access to the Gaffer tables"
+    if "does not exist" in text or "no such table" in text:
+        return "run `celery -A <app> gaffer migrate`"
+    return "fix gaffer_database_url or the database, then start Beat again"
 
 
 def _version() -> str:

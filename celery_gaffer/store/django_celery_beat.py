@@ -1,6 +1,10 @@
 """django-celery-beat's tables, read with SQLAlchemy Core for
 ``celery_gaffer.importers.django_celery_beat``: just the columns its Beat uses, from a
-database given by URL (PostgreSQL or SQLite), only read."""
+database given by URL (PostgreSQL or SQLite), only read.
+
+SQLite's date columns are read as the text they hold (the importer parses each row's),
+so that one date that does not parse refuses its row instead of failing the read.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from sqlalchemy import (
     create_engine,
     inspect,
     select,
+    type_coerce,
 )
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -93,7 +98,8 @@ solar_schedule = Table(
 
 @dataclass(frozen=True, slots=True)
 class Tables:
-    """django-celery-beat's rows, as read: periodic tasks in id order, schedules by id."""
+    """django-celery-beat's rows, as read: periodic tasks in id order, schedules by id.
+    Dates are datetimes (PostgreSQL) or the text SQLite holds."""
 
     tasks: list[dict[str, Any]]
     crontabs: dict[int, dict[str, Any]]
@@ -149,7 +155,14 @@ def read_tables(database_url: str) -> Tables:
 
 
 def _rows(conn: Any, table: Table) -> list[Mapping[str, Any]]:
-    result = conn.execute(select(*table.columns).order_by(table.c.id))
+    as_text = conn.dialect.name == "sqlite"
+    selected = [
+        type_coerce(column, Text).label(column.name)
+        if as_text and isinstance(column.type, DateTime)
+        else column
+        for column in table.columns
+    ]
+    result = conn.execute(select(*selected).order_by(table.c.id))
     return [row._mapping for row in result]
 
 

@@ -14,11 +14,11 @@ from sqlalchemy import (
     Connection,
     Text,
     bindparam,
+    cast,
     exists,
     func,
     insert,
     select,
-    type_coerce,
     update,
 )
 
@@ -261,7 +261,7 @@ def latest_runs(
     definition as JSON text (None for an ad-hoc run or a schedule since removed)."""
     table = table_of(models.JobRun)
     schedules = table_of(models.Schedule)
-    definition = type_coerce(schedules.c.schedule, Text).label("schedule_definition")
+    definition = cast(schedules.c.schedule, Text).label("schedule_definition")
     query = (
         select(table, definition)
         .select_from(table.outerjoin(schedules, schedules.c.name == table.c.schedule))

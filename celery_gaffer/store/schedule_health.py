@@ -1,15 +1,32 @@
-"""The schedules table's health columns: what Beat's health check locks, reads and writes."""
+"""The schedules table's health columns: what Beat's health check locks, reads and writes,
+and the survey of every schedule's health that `gaffer status` and the console read."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Generator, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, Text, select, type_coerce
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+    true,
+    type_coerce,
+)
 
+from ..protocol import Health
 from .arrays import on_postgresql, update_many
 from .models import Models, table_of
+from .schedule_rows import readable_columns
+from .types import UTCDateTime
 
 # Rows per statement when a list of parameters is sent to the database.
 CHUNK = 1000
@@ -20,7 +37,8 @@ def health_columns(models: Models) -> list[Any]:
     table = table_of(models.Schedule)
     return [
         table.c.name,
-        type_coerce(table.c.schedule, Text).label("schedule"),
+        # CAST: psycopg would decode the JSON itself, without a depth bound.
+        cast(table.c.schedule, Text).label("schedule"),
         table.c.enabled,
         table.c.error,
         table.c.grace,
@@ -81,4 +99,118 @@ def health_rows(
     return list(conn.execute(stmt).mappings())
 
 
-__all__ = ["health_columns", "health_rows", "lock_due_checks", "set_healths"]
+#: Rows fetched per round trip while a survey streams (a server-side cursor on PostgreSQL).
+SURVEY_BATCH = 2000
+# A grace beyond this many seconds (ten years; a valid one is at most a year) is left to
+# the evaluation to report: the ledger is not looked up for it, so that no row's value
+# can make the database's date arithmetic fail the whole survey.
+_SANE_GRACE = 10 * 366 * 86400.0
+
+
+def survey_rows(
+    conn: Connection,
+    models: Models,
+    now: datetime,
+    default_grace: float,
+    *,
+    alert_candidates: bool = False,
+    every_column: bool = False,
+) -> Generator[Mapping[Any, Any], None, None]:
+    """Every schedule's row by name, streamed, in one statement whatever their number:
+    what ``gaffer status`` prints and the console's alerts page lists.
+
+    ``stored_ok`` says whether the row is enabled, without error, and ``ok`` by the
+    health word Beat stored, which holds until its ``check_at`` (Beat re-checks a row
+    then, and at once after a run ends or the row changes; NULL: nothing left to
+    check). A row is *evaluated* when it is enabled and without error but its word does
+    not hold, or is not ``ok``: only then does it carry what
+    :func:`celery_gaffer.beat.health.evaluate` reads beyond the facts a status line
+    shows (``grace``, ``watermark_at``, the bounds; NULL otherwise, unless
+    ``every_column``: every column, JSON as text) and ``ledger_latest``, the ledger's
+    newest nominal time ``<= now - grace``, looked up in the same statement (one index
+    lookup of the ledger's ``(schedule, nominal_at)`` key a row). ``alert_candidates``
+    keeps only the rows that may be late, failing or in error: those in error, and the
+    enabled ones stored ``late`` or ``failing`` or with a passed ``check_at``. Rows are
+    fetched :data:`SURVEY_BATCH` at a time; the caller owns the transaction and may stop
+    early.
+    """
+    table = table_of(models.Schedule)
+    holds = and_(
+        table.c.health == Health.OK, or_(table.c.check_at.is_(None), table.c.check_at > now)
+    )
+    active = and_(table.c.error.is_(None), table.c.enabled.is_(true()))
+    evaluated = and_(active, ~holds)
+    grace = func.coalesce(table.c.grace, default_grace)
+    fires = table_of(models.Fire)
+    newest = (
+        select(func.max(fires.c.nominal_at))
+        .where(fires.c.schedule == table.c.name, fires.c.nominal_at <= _minus(conn, now, grace))
+        .scalar_subquery()
+    )
+    sane = grace.between(-_SANE_GRACE, _SANE_GRACE)
+    ledger_latest = type_coerce(case((and_(evaluated, sane), newest), else_=None), UTCDateTime())
+    if every_column:
+        columns = readable_columns(table)
+    else:
+        # Each value costs its decoding: a row that is not evaluated reads only the
+        # facts its status line shows.
+        columns = [
+            column
+            if column.name in _SHOWN
+            else type_coerce(case((evaluated, column), else_=None), column.type).label(column.name)
+            for column in health_columns(models)
+        ]
+    stmt = select(
+        *columns, and_(active, holds).label("stored_ok"), ledger_latest.label("ledger_latest")
+    ).order_by(table.c.name)
+    if alert_candidates:
+        stmt = stmt.where(
+            or_(
+                table.c.error.is_not(None),
+                and_(
+                    table.c.enabled.is_(true()),
+                    or_(table.c.health.in_([Health.LATE, Health.FAILING]), table.c.check_at <= now),
+                ),
+            )
+        )
+    result = conn.execute(stmt.execution_options(yield_per=SURVEY_BATCH))
+    try:
+        yield from result.mappings()
+    finally:
+        result.close()
+
+
+# What every row of a survey carries (the others only when the row is evaluated).
+_SHOWN = frozenset(
+    (
+        "name",
+        "schedule",
+        "enabled",
+        "error",
+        "health",
+        "consecutive_failures",
+        "last_success_at",
+        "last_success_nominal_at",
+        "next_fire_at",
+    )
+)
+
+
+def _minus(conn: Connection, now: datetime, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``now`` minus a column of seconds, as the database compares it with ``nominal_at``.
+
+    PostgreSQL: exact ``timestamptz`` arithmetic. SQLite stores instants as text and
+    counts milliseconds: ``now`` is cut to the millisecond (so that the database
+    computes exactly from what it is given) and the result read as the end of its whole
+    second; a nominal time is a whole second, so ``nominal_at <= now - grace`` is exact
+    for every grace given to the millisecond.
+    """
+    if on_postgresql(conn):
+        instant = bindparam(None, now, type_=UTCDateTime())
+        return instant - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    utc = now.astimezone(timezone.utc).replace(tzinfo=None)
+    text = utc.isoformat(" ", "milliseconds")  # cut, not rounded
+    return func.strftime("%Y-%m-%d %H:%M:%S.999999", text, func.printf("%+.3f seconds", -seconds))
+
+
+__all__ = ["health_columns", "health_rows", "lock_due_checks", "set_healths", "survey_rows"]

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, Text, type_coerce
+from sqlalchemy import Table, Text, cast
 
-from ..exceptions import GafferError
+from ..exceptions import GafferError, InvalidInput
+from ..protocol import loads_json
 from ..schedules.bounds import Bounds
 from ..schedules.kinds import At, Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec
@@ -20,10 +20,12 @@ from ..settings import masked_ping_url
 _ONE_SECOND = timedelta(seconds=1)
 
 
-def decode_json(value: Any) -> Any:
-    """A JSON column read as raw text (SQLite) or already decoded (psycopg)."""
+def decode_json(value: Any, field: str = "value") -> Any:
+    """A JSON column read as text (:func:`~celery_gaffer.protocol.loads_json`: InvalidInput,
+    a ValueError, naming ``field`` when it is not JSON or nests too deeply), or a value
+    the driver already decoded."""
     if isinstance(value, (str, bytes, bytearray)):
-        return json.loads(value)
+        return loads_json(value, field)
     return value
 
 
@@ -210,10 +212,11 @@ def differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
 
 
 def readable_columns(table: Table) -> list[Any]:
-    # JSON read as text, so that a hand-corrupted row can be listed and reported.
+    # JSON read as text (a CAST: psycopg would decode it itself, unbounded), so that a
+    # hand-corrupted row can be listed and reported.
     json_columns = ("schedule", "args", "kwargs", "options")
     return [
-        type_coerce(column, Text).label(column.name) if column.name in json_columns else column
+        cast(column, Text).label(column.name) if column.name in json_columns else column
         for column in table.c
     ]
 
@@ -221,13 +224,21 @@ def readable_columns(table: Table) -> list[Any]:
 def stored(row: Mapping[Any, Any]) -> StoredSchedule:
     error = row["error"]
     try:
-        schedule: Schedule | None = schedule_from_dict(decode_json(row["schedule"]))
-    except (GafferError, ValueError, TypeError) as exc:
-        schedule, error = None, error or f"schedule: {exc}"
+        definition = decode_json(row["schedule"], "schedule")
+    except InvalidInput as exc:  # names the column already
+        schedule: Schedule | None = None
+        error = error or str(exc)
+    else:
+        try:
+            schedule = schedule_from_dict(definition)
+        except (GafferError, ValueError, TypeError) as exc:
+            schedule, error = None, error or f"schedule: {exc}"
     decoded: dict[str, Any] = {}
     for column, kind in (("args", list), ("kwargs", dict), ("options", dict)):
         try:
-            decoded[column] = kind(decode_json(row[column]) or kind())
+            decoded[column] = kind(decode_json(row[column], column) or kind())
+        except InvalidInput as exc:
+            decoded[column], error = kind(), error or str(exc)
         except (ValueError, TypeError) as exc:
             decoded[column], error = kind(), error or f"{column}: undecodable ({exc})"
     return StoredSchedule(

@@ -23,7 +23,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    type_coerce,
     update,
 )
 
@@ -250,9 +249,10 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
         stmt = select(
             s.name,
             s.task,
-            type_coerce(s.args, Text),
-            type_coerce(s.kwargs, Text),
-            type_coerce(s.options, Text),
+            # CAST: psycopg would decode the JSON itself, without a depth bound.
+            cast(s.args, Text),
+            cast(s.kwargs, Text),
+            cast(s.options, Text),
             s.overlap,
             s.error,
             s.ping_url,
@@ -261,9 +261,9 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
             try:
                 payloads[name] = Payload(
                     task,
-                    list(decode_json(args)),
-                    dict(decode_json(kwargs)),
-                    dict(decode_json(options)),
+                    list(decode_json(args, "args")),
+                    dict(decode_json(kwargs, "kwargs")),
+                    dict(decode_json(options, "options")),
                     overlap,
                     error,
                     ping_url,

@@ -7,7 +7,6 @@ Bad input raises a GafferError naming the field; nothing is written then.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from typing import Any
 
 from ..cli.times import parse_instant
 from ..exceptions import InvalidInput
+from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
 from ..schedules.preview import Preview
 
@@ -90,10 +90,7 @@ def _read_text(name: str, text: str) -> Any:
             raise InvalidInput(f"{name}: expected a number of seconds, got {text!r}", field=name)
         return number
     if name in _JSON_FIELDS:
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise InvalidInput(f"{name}: not valid JSON ({exc})", field=name) from exc
+        return loads_json(text, name)
     return text
 
 

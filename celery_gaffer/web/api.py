@@ -8,7 +8,6 @@ without it) and a console with a token (403 on a read-only one). Errors are
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..exceptions import InvalidInput
-from ..protocol import RunState
+from ..protocol import RunState, loads_json
 from ..schedules.explain import Explanation
 from . import actions
 from .console import PAGE_SIZE
@@ -148,10 +147,7 @@ async def _body(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"body: not valid JSON ({exc})", field="body") from exc
+    body = loads_json(raw, "body")
     if not isinstance(body, dict):
         raise InvalidInput("body: expected a JSON object", field="body")
     return body

@@ -22,6 +22,7 @@ from ..store import database_for
 from ..store.database import driver_reason
 from . import api, pages
 from .console import Console
+from .edge import RequestEdge
 from .security import Guard, SecurityHeaders, resolve_token
 
 logger = logging.getLogger("celery_gaffer.web")
@@ -75,7 +76,11 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders, allowed_hosts=allowed_hosts)],
+        # The edge inside the headers: its refusals carry the security headers too.
+        middleware=[
+            Middleware(SecurityHeaders, allowed_hosts=allowed_hosts),
+            Middleware(RequestEdge),
+        ],
         exception_handlers={
             GafferError: gaffer_error,
             SQLAlchemyError: gaffer_error,

@@ -9,6 +9,7 @@ evaluated live with Beat's own rules (:func:`celery_gaffer.beat.health.evaluate_
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..beat.health import evaluate_safely
+from ..beat.survey import reason, survey
 from ..clock import Clock
 from ..protocol import Health
 from ..schedule_store import ScheduleStore
@@ -140,21 +142,27 @@ class Console:
         their reasons, and whether more follow."""
         now = self.clock()
         found: list[ScheduleView] = []
-        after = None
-        with self.database.read() as conn:
-            while True:
-                rows = queries.alert_candidates(
-                    conn, self.database.models, now, limit=PAGE_SIZE * 10, after=after
+        # The survey ``gaffer status`` prints: one statement, streamed, stopped early.
+        with (
+            self.database.read() as conn,
+            closing(
+                survey(
+                    conn,
+                    self.database.models,
+                    now,
+                    self.database.settings,
+                    alerts_only=True,
+                    every_column=True,
                 )
-                for row in rows:
-                    view = self._view(conn, row, now)
-                    if view.state in (Health.LATE, Health.FAILING, Health.ERROR):
-                        if len(found) == limit:
-                            return found, True
-                        found.append(view)
-                if len(rows) < PAGE_SIZE * 10:
-                    return found, False
-                after = rows[-1]["name"]
+            ) as alerting,
+        ):
+            for row, health in alerting:
+                if len(found) == limit:
+                    return found, True
+                schedule = stored(row)
+                shown = reason(health, zone_of(schedule.schedule))
+                found.append(ScheduleView(schedule, health.state, shown))
+        return found, False
 
     def _view(self, conn: Connection, row: Mapping[Any, Any], now: datetime) -> ScheduleView:
         schedule = stored(row)

@@ -162,3 +162,29 @@ def test_a_second_beat_on_the_same_metrics_port_runs_without_metrics(
             assert beat.process.poll() is None
     finally:
         taken.close()
+
+
+def test_beat_starts_on_a_postgres_url_as_heroku_writes_it(
+    tmp_path: Path, postgres_url: str, redis_url: str
+) -> None:
+    written = "postgres://" + postgres_url.partition("://")[2]  # no driver named
+    module = write_project(
+        tmp_path,
+        redis_url,
+        written,
+        extra=(
+            "from celery_gaffer import every\n"
+            "app.conf.beat_schedule = {'tick': {'task': 'proj.record', 'schedule': every(1)}}\n"
+        ),
+    )
+    assert f"gaffer_database_url = {written!r}" in (tmp_path / "proj.py").read_text()
+    before = _sent_fires(postgres_url)
+    with celery_processes() as started:
+        beat = CeleryProcess(tmp_path, module, ["beat", "-S", "gaffer", "-l", "INFO"], "beat")
+        started.append(beat)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _sent_fires(postgres_url) <= before:
+            time.sleep(0.5)
+        assert _sent_fires(postgres_url) > before, beat.log()[-3000:]
+        assert "database -> postgresql+psycopg://" in beat.log()
+        assert "Traceback" not in beat.log()

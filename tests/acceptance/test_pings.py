@@ -2,7 +2,8 @@
 
 A real HTTP receiver on 127.0.0.1 records each GET (answering the first one 500): every
 run pings ``/start`` and then its end (success, or ``/fail``), paired by ``rid``; a
-retrying attempt sends no end of its own; a failed ping is tried again.
+retrying attempt sends no end of its own; a failed ping is tried again. A monitor that
+never answers delays neither the other monitors' pings nor the runs.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import pytest
 from celery import Celery
 
 from celery_gaffer import ScheduleStore, every
+from celery_gaffer.store import database_for
+from celery_gaffer.store.runs import latest_runs
 
 from ..processes import CeleryProcess, celery_processes
+from ..receivers import RawReceiver, hang
 from .runs_project import write_runs_project
 
 pytestmark = pytest.mark.acceptance
@@ -123,3 +127,59 @@ def test_runs_ping_start_and_their_end_paired_by_run_id(
         assert all(pings == expected for pings in runs), (name, runs)
     assert [status for *_, status in receiver.pings].count(500) == 1  # retried, then sent
     assert not any(check in worker_log for check in checks.values())
+
+
+def test_a_hanging_monitor_delays_neither_other_pings_nor_the_runs(
+    tmp_path: Path, postgres_url: str, redis_url: str
+) -> None:
+    stop = threading.Event()
+    hung = RawReceiver(hang(stop))
+    receiver = PingReceiver()
+    module = write_runs_project(tmp_path, redis_url, postgres_url)
+    app = Celery("rproj", broker=redis_url, set_as_current=False)
+    app.conf.gaffer_database_url = postgres_url
+    app.task(name="rproj.plain", shared=False)(_stub)
+    check = f"/ping/{uuid.uuid4()}"
+    store = ScheduleStore(app)
+    store.add("hung", "rproj.plain", every(1), gaffer={"ping_url": hung.url("/hung-check")})
+    fine_url = f"http://127.0.0.1:{receiver.port}{check}"
+    store.add("fine", "rproj.plain", every(1), gaffer={"ping_url": fine_url})
+    database = database_for(app)
+
+    def succeeded(schedule: str) -> int:
+        with database.read() as conn:
+            rows = latest_runs(conn, database.models, limit=1000, schedule=schedule)
+        return sum(row["state"] == "succeeded" for row in rows)
+
+    try:
+        with celery_processes() as procs:
+            procs.append(
+                CeleryProcess(
+                    tmp_path,
+                    module,
+                    ["beat", "-S", "gaffer", "--loglevel=INFO", "-s", str(tmp_path / "b")],
+                    "beat",
+                )
+            )
+            worker = CeleryProcess(
+                tmp_path, module, ["worker", "--pool=solo", "--loglevel=INFO"], "w"
+            )
+            procs.append(worker)
+            worker.wait_for_log("ready.")
+            time.sleep(15)
+            ended = [p for p in receiver.runs(check).values() if p[-1] != "/start"]
+            runs = {name: succeeded(name) for name in ("hung", "fine")}
+            worker_log = worker.log()
+    finally:
+        stop.set()
+        hung.stop()
+        receiver.stop()
+
+    # One ping a second for each schedule: with one thread for every monitor, the first
+    # ping to the hanging one would have held up every other ping of the worker.
+    assert len(ended) >= 10, receiver.pings
+    assert all(pings == ["/start", "success"] for pings in ended)
+    assert runs["hung"] >= 10, runs  # and its own runs go on, on time
+    assert runs["fine"] >= 10, runs
+    assert len(hung.requests) <= 3  # its pings wait their turn: a total deadline each
+    assert "hung-check" not in worker_log

@@ -8,7 +8,12 @@ driver with a seeded random schedule pauses (SIGSTOP, longer than the lease TTL)
 kills (SIGKILL) Beats and workers, and restarts Redis and PostgreSQL. Then everything is
 left to drain and the checker reads the final state and prints one line of counts.
 
-    python -m tests.chaos.run --seconds 1800 --seed 7      # the long form (make chaos)
+Restarting PostgreSQL and Redis stops them for everything else on this machine, so the
+restart faults run only when asked: ``GAFFER_CHAOS_RESTART_SERVICES=1`` (CI sets it).
+Without it a run that includes them is refused before anything starts; the faults that
+touch only the suite's own processes (pauses, kills) need no permission.
+
+    GAFFER_CHAOS_RESTART_SERVICES=1 python -m tests.chaos.run --seconds 1800 --seed 7
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from celery_gaffer.protocol import fire_key
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import database_for, dispose_engines, get_engine
 
+from .. import redis_claim
 from ..processes import CeleryProcess
+from ..services import REDIS_SERVER
+from ..support import empty_redis
 from . import services
 from .project import create_tables, write_project
 
@@ -53,6 +61,29 @@ FAULTS = (
     "restart_postgres",
     "crash_postgres",
 )
+# Faults that stop this machine's PostgreSQL or Redis, shared with whatever else uses them.
+RESTART_FAULTS = frozenset({"restart_redis", "restart_postgres", "crash_postgres"})
+RESTART_PERMISSION = "GAFFER_CHAOS_RESTART_SERVICES"
+
+
+class RestartsNotAllowed(RuntimeError):
+    """A chaos run asked for restart faults without ``GAFFER_CHAOS_RESTART_SERVICES=1``."""
+
+
+def restarts_allowed() -> bool:
+    """Whether this run may restart this machine's PostgreSQL and Redis."""
+    return os.environ.get(RESTART_PERMISSION, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def check_permission(faults: tuple[str, ...]) -> None:
+    """Refuse (:class:`RestartsNotAllowed`, one line saying how to ask) restart faults that
+    were not allowed explicitly."""
+    asked = sorted(RESTART_FAULTS.intersection(faults))
+    if asked and not restarts_allowed():
+        raise RestartsNotAllowed(
+            f"the chaos faults {', '.join(asked)} restart this machine's PostgreSQL and Redis "
+            f"(Redis without saving); set {RESTART_PERMISSION}=1 to allow it (CI does)"
+        )
 
 
 @dataclass
@@ -125,7 +156,7 @@ class Workload:
     def setup(self, *, schedules: int = SCHEDULES, items: int = ITEMS, fenced: bool = True) -> None:
         database_for(self.app).migrate()
         create_tables(self.database, items)
-        redis.Redis.from_url(self.broker).flushdb()
+        empty_redis(self.broker)
         store = ScheduleStore(self.app)
         for n in range(schedules):
             # Every other schedule jittered: its sends are held by the Beat that claimed
@@ -356,7 +387,11 @@ def run(
     items: int = ITEMS,
     log: Any = print,
 ) -> Report:
-    """Run the workload under faults for ``seconds``, drain, check; services left running."""
+    """Run the workload under faults for ``seconds``, drain, check; services left running.
+
+    Raises :class:`RestartsNotAllowed` before anything starts when ``faults`` restart a
+    service without the permission."""
+    check_permission(faults)
     rng = random.Random(seed)
     log(f"chaos: seed {seed}, {seconds:.0f} s of faults ({', '.join(faults)})")
     workload = Workload(workdir, database, broker, patch=patch)
@@ -402,13 +437,38 @@ def main(argv: list[str] | None = None) -> int:
         default="postgresql+psycopg://postgres@127.0.0.1:5432/gaffer_chaos",
         help="a PostgreSQL database of the suite's own: dropped and created afresh",
     )
-    parser.add_argument("--broker", default="redis://127.0.0.1:6379/10")
+    parser.add_argument(
+        "--broker",
+        default=None,
+        help="a Redis database the suite may empty (default: an empty one it claims on "
+        "127.0.0.1:6379 and empties at the end)",
+    )
     args = parser.parse_args(argv)
+    try:
+        check_permission(FAULTS)
+    except RestartsNotAllowed as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     fresh_database(args.database)
     workdir = Path(tempfile.mkdtemp(prefix=f"gaffer-chaos-{seed}-"))
-    report = run(args.database, args.broker, seconds=args.seconds, seed=seed, workdir=workdir)
-    print(f"reproduce with: python -m tests.chaos.run --seconds {args.seconds:.0f} --seed {seed}")
+    try:
+        claim = None if args.broker else redis_claim.claim(REDIS_SERVER)
+    except redis_claim.ClaimError as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
+    broker = args.broker if claim is None else claim.url
+    if claim is not None:
+        claim.keep()
+    try:
+        report = run(args.database, broker, seconds=args.seconds, seed=seed, workdir=workdir)
+    finally:
+        if claim is not None:
+            claim.release()
+    print(
+        f"reproduce with: {RESTART_PERMISSION}=1 python -m tests.chaos.run "
+        f"--seconds {args.seconds:.0f} --seed {seed}"
+    )
     if report.anomalies:
         # Kept for the post-mortem: every Beat's and worker's log, and the project.
         print(f"logs kept in {workdir}")

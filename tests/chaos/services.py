@@ -1,4 +1,8 @@
-"""Stopping and starting this machine's PostgreSQL and Redis, as the env notes say."""
+"""Stopping and starting this machine's PostgreSQL and Redis, as the env notes say.
+
+Only the chaos run's restart faults call the restarts, and only with
+``GAFFER_CHAOS_RESTART_SERVICES=1`` (tests/chaos/run.py checks it first).
+"""
 
 from __future__ import annotations
 
@@ -61,7 +65,40 @@ def start_redis() -> None:
     _wait(6379, up=True)
 
 
+def _claims() -> dict[int, tuple[bytes, int]]:
+    """Every test run's claim on a Redis database: number -> (owner, milliseconds left)."""
+    import redis
+
+    from ..redis_claim import OWNER_KEY
+
+    found: dict[int, tuple[bytes, int]] = {}
+    for number in range(16):
+        client = redis.Redis(host="127.0.0.1", port=6379, db=number, socket_timeout=5)
+        try:
+            owner, left = client.get(OWNER_KEY), client.pttl(OWNER_KEY)
+        except redis.ResponseError:
+            break  # a server configured with fewer databases
+        finally:
+            client.close()
+        if owner is not None and left > 0:
+            found[number] = (owner, left)
+    return found
+
+
+def _restore(claims: dict[int, tuple[bytes, int]]) -> None:
+    import redis
+
+    from ..redis_claim import OWNER_KEY
+
+    for number, (owner, left) in claims.items():
+        with redis.Redis(host="127.0.0.1", port=6379, db=number, socket_timeout=5) as client:
+            client.set(OWNER_KEY, owner, px=left)
+
+
 def restart_redis() -> None:
+    """Restart Redis without saving (its data is lost, as in a crash), then put back the
+    test runs' claims on their databases so that no other run claims them meanwhile."""
+    claims = _claims()
     subprocess.run(
         ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"],
         check=False,
@@ -69,6 +106,7 @@ def restart_redis() -> None:
     )
     _wait(6379, up=False)
     start_redis()
+    _restore(claims)
 
 
 def start_postgres() -> None:

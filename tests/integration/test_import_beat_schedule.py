@@ -3,6 +3,9 @@ databases, with a shelve written by Celery's own PersistentScheduler."""
 
 from __future__ import annotations
 
+import os
+import shelve
+import shlex
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,8 +17,9 @@ from celery.beat import PersistentScheduler
 from celery.schedules import crontab, schedule, solar
 
 from celery_gaffer import ScheduleStore, cron, every
-from celery_gaffer.exceptions import InvalidInput
+from celery_gaffer.exceptions import InvalidInput, ScheduleExists
 
+from .import_support import insert_refused
 from .test_cli_update import error_line, gaffer_cli
 
 UTC = timezone.utc
@@ -72,7 +76,7 @@ def lines_of(stdout: str) -> dict[str, str]:
 def test_dry_run_prints_the_diff_and_writes_nothing(app: Celery) -> None:
     app.conf.beat_schedule = beat_schedule()
     result = gaffer_cli(app, "import", "beat-schedule", "--dry-run")
-    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
     lines = lines_of(result.stdout)
     assert lines["nightly"].startswith("nightly: added: t.report, cron('30 3 * * *'")
     assert "note" not in lines["nightly"]
@@ -92,7 +96,7 @@ def test_dry_run_prints_the_diff_and_writes_nothing(app: Celery) -> None:
 def test_apply_writes_db_schedules_and_a_second_run_changes_nothing(app: Celery) -> None:
     app.conf.beat_schedule = beat_schedule()
     first = gaffer_cli(app, "import", "beat-schedule")
-    assert first.exit_code == 0, (first.stdout, first.stderr)
+    assert first.exit_code == 1, (first.stdout, first.stderr)
     assert lines_of(first.stdout)["summary"] == (
         "7 entries: 4 added, 0 changed, 0 unchanged, 3 cannot be mapped"
     )
@@ -107,7 +111,7 @@ def test_apply_writes_db_schedules_and_a_second_run_changes_nothing(app: Celery)
     assert {s.source for s in stored.values()} == {"db"}
 
     second = gaffer_cli(app, "import", "beat-schedule")
-    assert second.exit_code == 0, second.stderr
+    assert second.exit_code == 1, second.stderr
     lines = lines_of(second.stdout)
     assert lines["nightly"] == "nightly: unchanged"
     assert lines["summary"] == "7 entries: 0 added, 0 changed, 4 unchanged, 3 cannot be mapped"
@@ -212,3 +216,82 @@ def test_a_re_import_of_an_enabled_entry_resumes_a_paused_schedule_from_now(
     resumed = ScheduleStore(app).get("often")
     assert resumed.enabled
     assert resumed.watermark_at >= before.replace(microsecond=0)  # nothing of the pause
+
+
+class Touch:
+    """Pickles as a call of ``os.system`` that creates ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {shlex.quote(str(self.path))}",))
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["apply", "dry-run"])
+def test_a_shelve_that_would_run_code_is_refused_and_nothing_runs(
+    app: Celery, tmp_path: Path, dry_run: list[str]
+) -> None:
+    app.conf.beat_schedule = {"often": beat_schedule()["often"]}
+    marker = tmp_path / "pwned"
+    path = tmp_path / "celerybeat-schedule"
+    with shelve.open(str(path), flag="c") as db:
+        db["entries"] = {"often": Touch(marker)}
+    result = gaffer_cli(app, "import", "beat-schedule", "--shelve", str(path), *dry_run)
+    assert error_line(result) == (
+        f"error: shelve: refused to load {os.system.__module__}.system from {str(path)!r}: "
+        "not a celerybeat-schedule file of Celery's (nothing was read from it)"
+    )
+    assert not marker.exists()
+    assert ScheduleStore(app).list() == []
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_an_entry_that_fails_unexpectedly_is_refused_alone(app: Celery) -> None:
+    app.conf.beat_schedule = {
+        "often": beat_schedule()["often"],
+        "deep": {"task": "t.report", "schedule": 60, "args": nested(50_000)},
+        "odd\x1b[2J" + "x" * 5000: {"task": "t.report", "schedule": object()},
+    }
+    result = gaffer_cli(app, "import", "beat-schedule")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("often: added")
+    assert lines[1].startswith("deep: cannot be mapped: ")
+    assert lines[2].startswith(
+        "odd\\x1b[2J" + "x" * 193 + "…(4807 more characters): cannot be mapped: "
+    )
+    assert "\x1b" not in result.stdout
+    assert max(len(line) for line in lines) < 1000
+    assert lines[-1] == "3 entries: 1 added, 0 changed, 0 unchanged, 2 cannot be mapped"
+    assert [s.name for s in ScheduleStore(app).list()] == ["often"]
+
+
+def test_nothing_is_written_when_the_write_fails(app: Celery, database_url: str) -> None:
+    every_minute = {"task": "t.report", "schedule": 60}
+    app.conf.beat_schedule = {name: every_minute for name in ("first", "second", "refused_here")}
+    with insert_refused(database_url, "refused_here"):
+        result = gaffer_cli(app, "import", "beat-schedule")
+    assert "refused by the test" in error_line(result)
+    assert ScheduleStore(app).list() == []  # not even the two before it
+
+
+def test_add_all_writes_every_entry_or_none(app: Celery) -> None:
+    store = ScheduleStore(app)
+    store.add("taken", "t.report", every(60))
+    entries = [
+        {"name": "new", "task": "t.report", "schedule": every(120)},
+        {"name": "taken", "task": "t.report", "schedule": every(300)},
+    ]
+    with pytest.raises(ScheduleExists):
+        store.add_all(entries)
+    assert [s.name for s in store.list()] == ["taken"]  # "new" rolled back with it
+    entries[1]["replace"] = True
+    written = store.add_all(entries)
+    assert [(s.name, s.schedule) for s in written] == [("new", every(120)), ("taken", every(300))]

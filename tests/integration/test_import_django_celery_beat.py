@@ -23,6 +23,7 @@ from celery_gaffer.cli import import_django  # noqa: F401  # registers the comma
 
 from ..conftest import _create_database, _drop_database
 from ..support import FrozenClock, gaffer_cli, message_headers
+from .import_support import insert_refused
 from .test_cli_update import error_line
 from .test_import_beat_schedule import lines_of
 
@@ -177,7 +178,7 @@ def test_dry_run_prints_the_diff_and_writes_nothing(app: Celery, django_url: str
     result = gaffer_cli(
         app, "import", "django-celery-beat", "--database-url", django_url, "--dry-run"
     )
-    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
     lines = lines_of(result.stdout)
     assert lines["ny-report"].startswith(
         "ny-report: added: t.report, cron('15 */3 * * *', tz='America/New_York'), last run "
@@ -209,7 +210,7 @@ def test_apply_writes_and_a_second_apply_changes_nothing(app: Celery, django_url
     now = datetime.now(UTC)
     rows = fill(now)
     first = gaffer_cli(app, "import", "django-celery-beat", "--database-url", django_url)
-    assert first.exit_code == 0, (first.stdout, first.stderr)
+    assert first.exit_code == 1, (first.stdout, first.stderr)
     assert lines_of(first.stdout)["summary"] == (
         "10 entries: 7 added, 0 changed, 0 unchanged, 3 cannot be mapped"
     )
@@ -246,7 +247,7 @@ def test_apply_writes_and_a_second_apply_changes_nothing(app: Celery, django_url
     assert until.end_at == rows["hourly-until"].expires - timedelta(microseconds=1)
 
     second = gaffer_cli(app, "import", "django-celery-beat", "--database-url", django_url)
-    assert second.exit_code == 0, second.stderr
+    assert second.exit_code == 1, second.stderr
     lines = lines_of(second.stdout)
     assert lines["ny-report"].startswith("ny-report: unchanged")
     assert lines["summary"] == "10 entries: 0 added, 0 changed, 7 unchanged, 3 cannot be mapped"
@@ -356,7 +357,7 @@ def test_imported_schedules_fire_when_its_beat_would_have(
     now = datetime.now(UTC)
     rows = fill(now)
     result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", django_url)
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
     end = start + timedelta(hours=36)
     app.conf.timezone = "UTC"
@@ -541,3 +542,131 @@ def test_a_database_without_its_tables_says_so(app: Celery, tmp_path: Any) -> No
     )
     assert "cannot read django-celery-beat's tables" in line
     assert not missing.exists()  # never created
+
+
+def raw_sql(alias: str, *statements: str) -> None:
+    """Statements through Django's own connection (what no model save would write)."""
+    from django.db import connections
+
+    with connections[alias].cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+
+
+DEEP_ARGS = "[" * 50_000 + "]" * 50_000
+
+
+def test_bad_rows_are_refused_one_by_one_and_the_good_ones_imported(
+    app: Celery, django_url: str
+) -> None:
+    """Rows its Beat would choke on, among good ones: each is "cannot be mapped" with its
+    reason, only it; the others are imported; exit status 1."""
+    m = models()
+    hourly = m.CrontabSchedule.objects.create(minute="0", timezone="UTC")
+    doubled = m.CrontabSchedule.objects.create(minute="1,,2", timezone="UTC")
+    no_minute = m.CrontabSchedule.objects.create(minute="5", timezone="UTC")
+    ten = m.IntervalSchedule.objects.create(every=10, period=m.IntervalSchedule.MINUTES)
+    no_every = m.IntervalSchedule.objects.create(every=3, period=m.IntervalSchedule.MINUTES)
+    m.PeriodicTask.objects.create(name="good-cron", task="t.report", crontab=hourly)
+    m.PeriodicTask.objects.create(name="doubled-comma", task="t.report", crontab=doubled)
+    m.PeriodicTask.objects.create(name="null-minute", task="t.report", crontab=no_minute)
+    m.PeriodicTask.objects.create(name="null-every", task="t.report", interval=no_every)
+    m.PeriodicTask.objects.create(name="deep-args", task="t.report", interval=ten, args=DEEP_ARGS)
+    m.PeriodicTask.objects.create(
+        name="escape\x1b[2J", task="t.report", interval=ten, kwargs="{\x1b[31m"
+    )
+    m.PeriodicTask.objects.create(name="good-interval", task="t.report", interval=ten)
+    # Django never writes NULL there: as a hand edit (or another tool) would leave them.
+    crontab_table = m.CrontabSchedule._meta.db_table
+    interval_table = m.IntervalSchedule._meta.db_table
+    raw_sql(
+        "default",
+        f"ALTER TABLE {crontab_table} ALTER COLUMN minute DROP NOT NULL",
+        f"ALTER TABLE {interval_table} ALTER COLUMN every DROP NOT NULL",
+        f"UPDATE {crontab_table} SET minute = NULL WHERE id = {no_minute.id}",
+        f"UPDATE {interval_table} SET every = NULL WHERE id = {no_every.id}",
+    )
+    try:
+        result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", django_url)
+    finally:
+        m.PeriodicTask.objects.all().delete()
+        raw_sql(
+            "default",
+            f"DELETE FROM {crontab_table}",
+            f"DELETE FROM {interval_table}",
+            f"ALTER TABLE {crontab_table} ALTER COLUMN minute SET NOT NULL",
+            f"ALTER TABLE {interval_table} ALTER COLUMN every SET NOT NULL",
+        )
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "\x1b" not in result.stdout
+    lines = lines_of(result.stdout)
+    assert lines["doubled-comma"] == (
+        "doubled-comma: cannot be mapped: crontab: minute '1,,2': empty part"
+    )
+    assert lines["null-minute"] == "null-minute: cannot be mapped: crontab: minute None is not text"
+    assert lines["null-every"] == (
+        "null-every: cannot be mapped: interval: every None is not a whole number"
+    )
+    assert lines["deep-args"] == (
+        "deep-args: cannot be mapped: args: JSON nested deeper than 64 levels"
+    )
+    assert lines["escape\\x1b[2J"].startswith(
+        "escape\\x1b[2J: cannot be mapped: kwargs: not valid JSON"
+    )
+    assert lines["good-cron"].startswith("good-cron: added: t.report, cron('0 * * * *'")
+    assert lines["summary"] == "7 entries: 2 added, 0 changed, 0 unchanged, 5 cannot be mapped"
+    assert {s.name for s in ScheduleStore(app).list()} == {"good-cron", "good-interval"}
+
+
+def test_an_unparseable_sqlite_date_refuses_only_its_row(
+    app: Celery, django_databases: dict[str, str]
+) -> None:
+    m = models()
+    tables = [model._meta.db_table for model in (m.PeriodicTask, m.IntervalSchedule)]
+    tables.append(m.ClockedSchedule._meta.db_table)
+    # Raw deletes: Django itself cannot load a row whose date does not parse.
+    raw_sql("lite", *(f"DELETE FROM {table}" for table in tables))
+    interval = m.IntervalSchedule(every=10, period=m.IntervalSchedule.MINUTES)
+    interval.save(using="lite")
+    clocked = m.ClockedSchedule(clocked_time=datetime.now(UTC) + timedelta(days=1))
+    clocked.save(using="lite")
+    for name in ("bad-date", "good", "bad-clock"):
+        task = m.PeriodicTask(name=name, task="t.report", interval=interval)
+        if name == "bad-clock":
+            task = m.PeriodicTask(name=name, task="t.report", clocked=clocked, one_off=True)
+        task.save(using="lite")
+    raw_sql(
+        "lite",
+        "UPDATE django_celery_beat_periodictask SET last_run_at = 'last tuesday' "
+        "WHERE name = 'bad-date'",
+        f"UPDATE django_celery_beat_clockedschedule SET clocked_time = '2027-13-45 99:00' "
+        f"WHERE id = {clocked.id}",
+    )
+    url = django_databases["sqlite"]
+    try:
+        result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", url)
+    finally:
+        raw_sql("lite", *(f"DELETE FROM {table}" for table in tables))
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = lines_of(result.stdout)
+    assert lines["bad-date"] == (
+        "bad-date: cannot be mapped: last_run_at: not a date: 'last tuesday'"
+    )
+    assert lines["bad-clock"] == (
+        "bad-clock: cannot be mapped: clocked_time: not a date: '2027-13-45 99:00'"
+    )
+    assert lines["summary"] == "3 entries: 1 added, 0 changed, 0 unchanged, 2 cannot be mapped"
+    assert [s.name for s in ScheduleStore(app).list()] == ["good"]
+
+
+def test_nothing_is_written_when_the_write_fails(
+    app: Celery, django_url: str, database_url: str
+) -> None:
+    m = models()
+    ten = m.IntervalSchedule.objects.create(every=10, period=m.IntervalSchedule.MINUTES)
+    for name in ("first", "second", "refused_here"):
+        m.PeriodicTask.objects.create(name=name, task="t.report", interval=ten)
+    with insert_refused(database_url, "refused_here"):
+        result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", django_url)
+    assert "refused by the test" in error_line(result)
+    assert ScheduleStore(app).list() == []  # not even the two before it

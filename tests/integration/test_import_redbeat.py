@@ -20,7 +20,10 @@ from redbeat.schedules import rrule
 
 import celery_gaffer.cli.import_redbeat  # noqa: F401 - registers `import redbeat`
 from celery_gaffer import ScheduleStore, at, cron, every
+from celery_gaffer.schedules.kinds import Every
 
+from ..support import empty_redis
+from .import_support import insert_refused
 from .test_cli_update import error_line, gaffer_cli
 
 UTC = timezone.utc
@@ -45,9 +48,7 @@ def app(database_url: str, redis_url: str) -> Iterator[Celery]:
 
     yield app
     app.close()
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()  # the test's own Redis db (GAFFER_TEST_REDIS_URL)
-    client.close()
+    empty_redis(redis_url)
 
 
 def save(app: Celery, name: str, value: Any, **kwargs: Any) -> RedBeatSchedulerEntry:
@@ -98,21 +99,21 @@ def test_redbeat_cannot_store_a_solar_and_a_foreign_one_is_not_mapped(
     client.zadd("redbeat::schedule", {"redbeat:sunset": 1, "redbeat:broken": 2})
     client.close()
     result = gaffer_cli(app, "import", "redbeat", "--dry-run")
-    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
     lines = lines_of(result.stdout)
     assert lines["sunset"] == (
         "sunset: cannot be mapped: schedule: not a redbeat schedule: 'solar' "
         "(redbeat's encoder has no solar: it cannot store one)"
     )
     assert lines["broken"].startswith(
-        "broken: cannot be mapped: definition: not redbeat's JSON encoding (JSONDecodeError"
+        "broken: cannot be mapped: definition: not valid JSON (Expecting property name"
     )
 
 
 def test_dry_run_prints_the_diff_and_writes_nothing(app: Celery) -> None:
     redbeat_entries(app)
     result = gaffer_cli(app, "import", "redbeat", "--dry-run")
-    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
     lines = lines_of(result.stdout)
     assert lines["nightly"].startswith("nightly: added: t.report, cron('30 1 * * *', tz='Europe")
     assert (
@@ -157,7 +158,7 @@ def test_apply_writes_a_second_run_changes_nothing_and_a_change_names_its_fields
 ) -> None:
     redbeat_entries(app)
     first = gaffer_cli(app, "import", "redbeat")
-    assert first.exit_code == 0, (first.stdout, first.stderr)
+    assert first.exit_code == 1, (first.stdout, first.stderr)
     assert lines_of(first.stdout)["summary"] == (
         "8 entries: 5 added, 0 changed, 0 unchanged, 3 cannot be mapped"
     )
@@ -183,7 +184,7 @@ def test_apply_writes_a_second_run_changes_nothing_and_a_change_names_its_fields
         last_run_at=LAST_RUN + timedelta(minutes=10)
     )
     second = gaffer_cli(app, "import", "redbeat")
-    assert second.exit_code == 0, second.stderr
+    assert second.exit_code == 1, second.stderr
     lines = lines_of(second.stdout)
     assert lines["often"].startswith("often: unchanged")
     assert lines["summary"] == "8 entries: 0 added, 0 changed, 5 unchanged, 3 cannot be mapped"
@@ -249,7 +250,7 @@ def test_imported_schedules_fire_when_redbeat_would(app: Celery) -> None:
     winter = datetime(2027, 1, 4, 9, 0, tzinfo=LONDON)
     june = datetime(2027, 6, 1, tzinfo=LONDON)
     save(app, "daily", rrule("DAILY", dtstart=winter, until=june))
-    assert gaffer_cli(app, "import", "redbeat").exit_code == 0
+    assert gaffer_cli(app, "import", "redbeat").exit_code == 1
 
     # Interval: the same instants, from redbeat's last run on.
     day_end = LAST_RUN + timedelta(days=2)
@@ -318,7 +319,7 @@ def test_the_key_prefix_is_read_as_redbeat_builds_its_keys(app: Celery, redis_ur
     save(app, "often", timedelta(minutes=5))
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     # redbeat appends ":schedule" to the prefix as given, and the name to the prefix.
-    assert sorted(client.keys("*")) == ["jobs:schedule", "jobsoften"]
+    assert sorted(client.keys("jobs*")) == ["jobs:schedule", "jobsoften"]
     client.close()
     result = gaffer_cli(app, "import", "redbeat", "--dry-run")
     assert lines_of(result.stdout)["often"].startswith("often: added: t.report, every(300")
@@ -352,3 +353,81 @@ def test_an_entry_that_never_ran_and_a_last_run_ahead_of_this_clock(
     skewed = ScheduleStore(app).get("skewed")
     assert skewed.schedule == every(300, anchor=ahead)
     assert skewed.watermark_at <= datetime.now(UTC)  # not after now: the store refuses that
+
+
+def test_bad_entries_are_refused_one_by_one_and_the_good_ones_imported(
+    app: Celery, redis_url: str
+) -> None:
+    """Members its Beat could not load, among entries redbeat saved: each is "cannot be
+    mapped" with its reason, only it; the others are imported; exit status 1."""
+    save(app, "first", timedelta(minutes=5))
+    client = redis.Redis.from_url(redis_url)
+    definition = (
+        b'{"name": "%s", "task": "t.report", "schedule": {"__type__": "interval", "every": 60}}'
+    )
+    client.hset(b"redbeat:\xff\xfe-latin", "definition", definition % b"latin")
+    client.set("redbeat:plain", "a string, not a hash")
+    client.hset("redbeat:binary", "definition", b"\x80\x81\xfe binary")
+    deep = b'{"name": "deep", "task": "t.report", "args": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    client.hset("redbeat:deep", "definition", deep)
+    client.hset("redbeat:evil\x1b[2J", "definition", b"{\x1b[31m")
+    members = [b"redbeat:\xff\xfe-latin", b"redbeat:plain", b"redbeat:binary", b"redbeat:deep"]
+    client.zadd("redbeat::schedule", {member: 10 + i for i, member in enumerate(members)})
+    client.zadd("redbeat::schedule", {"redbeat:evil\x1b[2J": 20})
+    client.close()
+    save(app, "last", crontab(minute=0, hour=4))
+    result = gaffer_cli(app, "import", "redbeat")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "\x1b" not in result.stdout
+    lines = lines_of(result.stdout)
+    assert lines["\\xff\\xfe-latin"] == (
+        "\\xff\\xfe-latin: cannot be mapped: key: not UTF-8 text (invalid start byte at "
+        "byte 8): not written by redbeat"
+    )
+    assert (
+        lines["plain"]
+        == "plain: cannot be mapped: key: the member is a Redis string, not redbeat's hash"
+    )
+    assert lines["binary"] == (
+        "binary: cannot be mapped: definition: a binary value, not redbeat's JSON "
+        "(not UTF-8: invalid start byte at byte 0)"
+    )
+    assert lines["deep"] == "deep: cannot be mapped: definition: JSON nested deeper than 64 levels"
+    assert lines["evil\\x1b[2J"].startswith(
+        "evil\\x1b[2J: cannot be mapped: definition: not valid JSON (Expecting"
+    )
+    assert lines["summary"] == "7 entries: 2 added, 0 changed, 0 unchanged, 5 cannot be mapped"
+    assert {s.name for s in ScheduleStore(app).list()} == {"first", "last"}
+
+
+def test_nothing_is_written_when_the_write_fails(app: Celery, database_url: str) -> None:
+    for name in ("first", "second", "refused_here"):
+        save(app, name, timedelta(minutes=5))
+    with insert_refused(database_url, "refused_here"):
+        result = gaffer_cli(app, "import", "redbeat")
+    assert "refused by the test" in error_line(result)
+    assert ScheduleStore(app).list() == []  # not even the two before it
+
+
+def test_two_entries_of_one_name_import_the_first_and_refuse_the_second(
+    app: Celery, redis_url: str
+) -> None:
+    save(app, "often", timedelta(minutes=5))
+    client = redis.Redis.from_url(redis_url)
+    client.hset(
+        "redbeat:copy",
+        "definition",
+        '{"name": "often", "task": "t.report", "schedule": {"__type__": "interval", "every": 60}}',
+    )
+    client.zadd("redbeat::schedule", {"redbeat:copy": 2**40})  # due after the first
+    client.close()
+    result = gaffer_cli(app, "import", "redbeat")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("often: added: t.report, every(300")
+    assert lines[1] == (
+        "often: cannot be mapped: name: another entry of this import has the same name"
+    )
+    stored = ScheduleStore(app).get("often").schedule
+    assert isinstance(stored, Every)
+    assert stored.interval == 300

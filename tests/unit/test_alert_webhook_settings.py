@@ -21,9 +21,7 @@ def test_a_webhook_url_is_kept_and_masked_for_logs() -> None:
     url = "https://hook:pa55word@alerts.example/in?token=t0ken&team=ops"
     settings = GafferSettings.from_conf({"gaffer_alert_webhook_url": f"  {url} "})
     assert settings.alert_webhook_url == url
-    assert settings.masked_alert_webhook_url == (
-        "https://hook:***@alerts.example/in?token=***&team=ops"
-    )
+    assert settings.masked_alert_webhook_url == "https://alerts.example/***"
 
 
 @pytest.mark.parametrize(

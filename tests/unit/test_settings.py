@@ -4,9 +4,16 @@ from datetime import timedelta
 
 import pytest
 from celery import Celery
+from celery.app.utils import filter_hidden_settings
 
-from celery_gaffer import ConfigurationError, GafferError
-from celery_gaffer.settings import GafferSettings, mask_url, parse_database_url, settings_for
+from celery_gaffer import ConfigurationError, GafferError, install
+from celery_gaffer.settings import (
+    GafferSettings,
+    mask_url,
+    masked_ping_url,
+    parse_database_url,
+    settings_for,
+)
 
 
 def test_defaults_match_the_contract() -> None:
@@ -112,3 +119,91 @@ def test_a_table_prefix_in_sqlites_own_namespace_is_refused() -> None:
     with pytest.raises(ConfigurationError) as info:
         GafferSettings.from_conf({"gaffer_table_prefix": "sqlite_"})
     assert info.value.field == "gaffer_table_prefix"
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("postgres://app@db.example/jobs", "postgresql+psycopg://app@db.example/jobs"),
+        ("postgresql://app@db.example/jobs", "postgresql+psycopg://app@db.example/jobs"),
+        ("postgres+psycopg://app@db/jobs", "postgresql+psycopg://app@db/jobs"),
+        (
+            "postgres://app:s3cret@db.example:6543/jobs?sslmode=require",
+            "postgresql+psycopg://app:s3cret@db.example:6543/jobs?sslmode=require",
+        ),
+        ("sqlite:///gaffer.sqlite3", "sqlite:///gaffer.sqlite3"),
+        ("sqlite://", "sqlite://"),
+    ],
+)
+def test_urls_as_users_write_them(written: str, meant: str) -> None:
+    assert parse_database_url(written).render_as_string(hide_password=False) == meant
+
+
+def test_another_postgres_driver_is_refused_by_its_name() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_database_url("postgres+psycopg2://app@db/jobs")
+    assert "'postgresql+psycopg2' is not supported" in str(info.value)
+    assert info.value.field == "gaffer_database_url"
+
+
+@pytest.mark.parametrize(
+    "mistyped",
+    [
+        "postgresql:/app:Hunter2Secret@db.example/jobs",
+        "postgresql//app:Hunter2Secret@db.example/jobs",
+        "app:Hunter2Secret@db.example/jobs",
+        "postgresql:app:Hunter2Secret@db.example/jobs",
+        "Hunter2Secret@db.example/jobs",
+        "postgres://app:Hunter2Secret@db.example:port/jobs",
+    ],
+)
+def test_a_mistyped_url_is_never_echoed_with_its_password(mistyped: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        GafferSettings.from_conf({"gaffer_database_url": mistyped})
+    assert "Hunter2Secret" not in str(info.value)
+    assert str(info.value).startswith("gaffer_database_url: ")
+    assert "Hunter2Secret" not in mask_url(mistyped)
+
+
+def test_a_webhook_url_is_logged_as_scheme_and_host_only() -> None:
+    url = "https://hook:pa55@hooks.slack.example/services/T0/B0/XyZsecret?token=t"
+    settings = GafferSettings.from_conf({"gaffer_alert_webhook_url": url})
+    assert settings.masked_alert_webhook_url == "https://hooks.slack.example/***"
+    assert masked_ping_url("https://u:pw@hc-ping.example:8443/uuid-secret") == (
+        "https://hc-ping.example:8443/***"
+    )
+    assert masked_ping_url("https://[::1/broken") == "***"
+
+
+def test_the_webhook_has_a_second_name_that_celery_report_hides() -> None:
+    url = "https://hooks.example/services/T0/B0/XyZsecret"
+    settings = GafferSettings.from_conf({"gaffer_alert_webhook_secret_url": url})
+    assert settings.alert_webhook_url == url
+    shown = filter_hidden_settings(
+        {"gaffer_alert_webhook_secret_url": url, "gaffer_database_url": "postgres://u:p@h/d"}
+    )
+    assert set(shown.values()) == {"********"}
+
+
+def test_the_webhook_is_set_under_one_name_only() -> None:
+    url = "https://hooks.example/in"
+    with pytest.raises(ConfigurationError) as info:
+        GafferSettings.from_conf(
+            {"gaffer_alert_webhook_url": url, "gaffer_alert_webhook_secret_url": url}
+        )
+    assert info.value.field == "gaffer_alert_webhook_secret_url"
+    with pytest.raises(ConfigurationError) as bad:
+        GafferSettings.from_conf({"gaffer_alert_webhook_secret_url": "ftp://u:PW1@h/x"})
+    assert bad.value.field == "gaffer_alert_webhook_secret_url"
+    assert "PW1" not in str(bad.value)
+
+
+def test_a_bad_setting_at_install_is_one_message_naming_the_key() -> None:
+    app = Celery("install-test", set_as_current=False)
+    app.conf.gaffer_database_url = "postgresql:/app:Hunter2Secret@db/jobs"
+    with pytest.raises(ConfigurationError) as info:
+        install(app)
+    assert info.value.field == "gaffer_database_url"
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__  # no chained traceback from inside the package
+    assert "Hunter2Secret" not in str(info.value)

@@ -6,6 +6,7 @@ Real SQLite and PostgreSQL, real Redis; Beat in-process with an injected clock.
 from __future__ import annotations
 
 import json
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -254,15 +255,21 @@ def test_beat_does_not_wait_out_a_mistake(postgres_url: str) -> None:
     from sqlalchemy.engine import make_url
 
     naps: list[float] = []
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     for url in (
         make_url(postgres_url).set(database="no_such_database_here"),
         make_url(postgres_url).set(username="no_such_role_here"),
     ):
         app = Celery("mistake", broker="memory://", set_as_current=False)
         app.conf.gaffer_database_url = url.render_as_string(hide_password=False)
-        with pytest.raises(GafferError, match="does not exist"):
+        with pytest.raises(SystemExit) as info:  # Beat's exit status 2, one line logged
             Scheduler(app, sleep=naps.append)
+        assert info.value.code == 2
+        assert isinstance(info.value.__cause__, GafferError)
+        assert "does not exist" in str(info.value.__cause__)
         app.close()
+    for signum, handler in handlers.items():  # a Beat that gave up left its own
+        signal.signal(signum, handler)
     assert naps == []
     outage = Celery("outage", broker="memory://", set_as_current=False)
     outage.conf.gaffer_database_url = "postgresql+psycopg://postgres@127.0.0.1:1/x"

@@ -19,7 +19,7 @@ from celery_gaffer import GafferError, Scheduler, ScheduleStore, cron, every
 from celery_gaffer.protocol import fire_key, fire_task_id
 from celery_gaffer.store import database_for
 
-from ...support import FrozenClock, message_headers, noop_app
+from ...support import FrozenClock, empty_redis, message_headers, noop_app
 
 
 @pytest.fixture
@@ -467,8 +467,6 @@ def confirming(app: Celery) -> Iterator[Celery]:
 def test_delivery_confirmation_republishes_a_fire_the_broker_lost_once_it_was_overtaken(
     confirming: Celery, clock: FrozenClock, redis_url: str
 ) -> None:
-    import redis as redis_client
-
     app = confirming
     store = ScheduleStore(app, clock=clock)
     store.add("c", "t.noop", every(3600))
@@ -478,7 +476,7 @@ def test_delivery_confirmation_republishes_a_fire_the_broker_lost_once_it_was_ov
     scheduler.tick()
     first = sorted(sent_keys(redis_url))
     assert len(first) == 2
-    redis_client.Redis.from_url(redis_url).flushdb()  # the broker restarted, empty
+    empty_redis(redis_url)  # the broker restarted, empty
     clock.advance(21)
     scheduler.tick()
     # No fire started since: the workers may be behind, so nothing is sent again.
@@ -602,9 +600,7 @@ def test_a_fire_whose_run_ended_retrying_is_published_again_when_the_retry_is_lo
 
 
 def redis_client_flush(redis_url: str) -> None:
-    import redis as redis_client
-
-    redis_client.Redis.from_url(redis_url).flushdb()
+    empty_redis(redis_url)
 
 
 @contextmanager
