@@ -25,6 +25,8 @@ REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379
 #: The only Redis databases a benchmark may use (and flush).
 REDIS_DBS = (12, 13, 14)
+#: task_overhead.py's own database.
+TASK_REDIS_DB = 11
 RESULT_PREFIX = "RESULT "
 
 
@@ -82,14 +84,28 @@ def redis_client(db: int) -> Any:
     return redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
 
 
+#: The key a benchmark leaves in each Redis database it empties: a database holding keys
+#: but not this one has data no benchmark made, and is never emptied.
+REDIS_OWNER_KEY = "gaffer-benchmark-owner"
+
+
 def flush_redis(dbs: Iterable[int] = REDIS_DBS) -> None:
+    """Empty the benchmark's Redis databases, each only when it is empty or a benchmark
+    made what it holds (:data:`REDIS_OWNER_KEY`); otherwise stop, saying which."""
     for db in dbs:
-        redis_client(db).flushdb()
+        client = redis_client(db)
+        if client.dbsize() and not client.exists(REDIS_OWNER_KEY):
+            raise SystemExit(
+                f"benchmark: Redis DB {db} on {REDIS_HOST}:{REDIS_PORT} holds keys no "
+                "benchmark made; refusing to empty it (empty it yourself to use it)"
+            )
+        client.flushdb()
+        client.set(REDIS_OWNER_KEY, "1")
 
 
 def _check_redis_db(db: int) -> None:
-    if db not in REDIS_DBS:
-        raise ValueError(f"refusing to use Redis DB {db}: benchmarks use only {REDIS_DBS}")
+    if db not in (TASK_REDIS_DB, *REDIS_DBS):
+        raise ValueError(f"refusing to use Redis DB {db}: benchmarks use only 11 to 14")
 
 
 # -- measuring ------------------------------------------------------------------------

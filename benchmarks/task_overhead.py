@@ -84,8 +84,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _common import (  # noqa: E402
+    TASK_REDIS_DB,
     create_database,
     drop_database,
+    flush_redis,
     format_table,
     new_database_name,
     pg_dsn,
@@ -94,7 +96,8 @@ from _common import (  # noqa: E402
 
 MODULE = "task_overhead"
 DB_ENV = "GAFFER_BENCH_TASK_DB"
-REDIS_DB = 11  # the only Redis DB this benchmark uses (flushed at start and end)
+# The only Redis DB this benchmark uses (emptied at start and end, when it is its own).
+REDIS_DB = TASK_REDIS_DB
 BROKER_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 QUEUE = "bench.task_overhead"
 LEASE_NAME = "bench.lease"
@@ -437,15 +440,9 @@ class Cleanup:
                 traceback.print_exc()
             self.dbname = None
         try:
-            flush_redis()
+            flush_redis([REDIS_DB])
         except Exception:  # noqa: BLE001 - keep cleaning up
             traceback.print_exc()
-
-
-def flush_redis() -> None:
-    import redis
-
-    redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).flushdb()
 
 
 def psql(dbname: str, sql: str, params: Any = None, *, fetch: bool = False) -> Any:
@@ -878,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     print(f"load average at start: {os.getloadavg()}  cores: {os.cpu_count()}")
     try:
-        flush_redis()
+        flush_redis([REDIS_DB])
         dbname = new_database_name("task")
         create_database(dbname)
         cleanup.dbname = dbname

@@ -26,7 +26,7 @@ from ..schedules.explain import (
 )
 from ..schedules.explain import explain as explain_schedule
 from ..schedules.kinds import At, Cron, Every, Schedule, cron, every
-from .base import gaffer, gaffer_errors, store_of
+from .base import echo, gaffer, gaffer_errors, store_of
 
 
 @gaffer.command()
@@ -73,16 +73,16 @@ def explain(
         explanation = explain_schedule(schedule, start, count, zone=zone)
     if as_json:
         extra = {"name": name, "enabled": enabled, "jitter": schedule.jitter}
-        click.echo(json.dumps({**extra, **explanation.to_json()}))
+        echo(json.dumps({**extra, **explanation.to_json()}))
         return
     _print(explanation, name)
     if schedule.jitter:
-        click.echo(
+        echo(
             f"note: jitter: each fire is sent up to {schedule.jitter:g}s after the nominal"
             " time shown (the same delay every time for a given fire)"
         )
     if not enabled:
-        click.echo(f"note: {name} is paused: it fires these times only once resumed")
+        echo(f"note: {name} is paused: it fires these times only once resumed")
 
 
 def _schedule(
@@ -133,9 +133,9 @@ def _count(text: str) -> int:
 
 def _print(explanation: Explanation, name: str | None) -> None:
     prefix = f"{name}: " if name else ""
-    click.echo(f"{prefix}{explanation.summary}")
+    echo(f"{prefix}{explanation.summary}")
     if not explanation.fires:
-        click.echo("no fire: the expression matches no time within 50 years")
+        echo("no fire: the expression matches no time within 50 years")
     rows = [_row(fire) for fire in explanation.fires]
     header = (f"LOCAL ({explanation.zone})", "OFFSET", "UTC")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(2)]
@@ -144,13 +144,13 @@ def _print(explanation: Explanation, name: str | None) -> None:
         return f"{cells[0]:<{widths[0]}}  {cells[1]:<{widths[1]}}  {cells[2]}"
 
     if rows:
-        click.echo(line(header))
+        echo(line(header))
     if isinstance(explanation.schedule, (Every, At)):
         for row in rows:
-            click.echo(line(row))
+            echo(line(row))
         changes = len(explanation.transitions)
         noun, verb = ("change", "moves") if changes == 1 else ("changes", "move")
-        click.echo(
+        echo(
             f"DST: {RULE_TEXT[Rule.ELAPSED]}; {changes} offset {noun} of "
             f"{explanation.zone} in this window {verb} only the local times shown"
         )
@@ -159,13 +159,13 @@ def _print(explanation: Explanation, name: str | None) -> None:
     for fire, row in zip(explanation.fires, rows, strict=True):
         while pending and pending[0].at <= fire.utc:
             _print_change(pending.pop(0))
-        click.echo(line(row))
+        echo(line(row))
     for change in pending:
         _print_change(change)
 
 
 def _print_change(change: Transition) -> None:
-    click.echo(f"-- {change.effect} [{change.rule}: {RULE_TEXT[change.rule]}]")
+    echo(f"-- {change.effect} [{change.rule}: {RULE_TEXT[change.rule]}]")
 
 
 def _row(fire: Fire) -> tuple[str, str, str]:

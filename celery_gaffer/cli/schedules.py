@@ -45,7 +45,7 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool
     rows = store_of(ctx, check_tasks=False).list(limit=limit)
     if as_json:
         for stored in rows:
-            click.echo(json.dumps(schedule_json(stored)))
+            echo(json.dumps(schedule_json(stored)))
         return
     table(
         ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE", "OPTIONS"),
@@ -143,7 +143,7 @@ def add(
             f"or change some of its fields with `gaffer update {name} ...`"
         )
     next_fire = when(stored.next_fire_at, zone_of(stored.schedule))
-    click.echo(f"added {stored.name}: {describe(stored.schedule)}, next fire {next_fire}")
+    echo(f"added {stored.name}: {describe(stored.schedule)}, next fire {next_fire}")
 
 
 @gaffer.command()
@@ -153,7 +153,7 @@ def add(
 def pause(ctx: click.Context, name: str) -> None:
     """Pause schedule NAME (its fires while paused are never sent)."""
     store_of(ctx, check_tasks=False).pause(name)
-    click.echo(f"paused {name}")
+    echo(f"paused {name}")
 
 
 @gaffer.command()
@@ -172,7 +172,7 @@ def resume(ctx: click.Context, name: str, dry_run: bool) -> None:
         show_preview(preview, zone_of(store.get(name).schedule))
         return
     stored = store.resume(name)
-    click.echo(f"resumed {name}, next fire {when(stored.next_fire_at, zone_of(stored.schedule))}")
+    echo(f"resumed {name}, next fire {when(stored.next_fire_at, zone_of(stored.schedule))}")
 
 
 @gaffer.command()
@@ -182,7 +182,7 @@ def resume(ctx: click.Context, name: str, dry_run: bool) -> None:
 def remove(ctx: click.Context, name: str) -> None:
     """Remove schedule NAME (its history stays until cleanup)."""
     store_of(ctx, check_tasks=False).remove(name)
-    click.echo(f"removed {name}")
+    echo(f"removed {name}")
 
 
 @gaffer.command()
@@ -192,7 +192,7 @@ def remove(ctx: click.Context, name: str) -> None:
 def trigger(ctx: click.Context, name: str) -> None:
     """Send one fire of NAME now, with its own key."""
     key = store_of(ctx, check_tasks=False).trigger(name)
-    click.echo(f"sent {key}")
+    echo(f"sent {key}")
 
 
 _TIME_HELP = (
@@ -232,7 +232,7 @@ def backfill(
         show_preview(preview, zone_of(store.get(name).schedule), f"fires it sends{first}:")
         return
     report = store.backfill(name, after, until, limit=limit)
-    click.echo(
+    echo(
         f"sent {report.sent} fires of {name} in ({when(after)}, {when(until)}]; "
         f"{report.already} were already in the ledger"
     )

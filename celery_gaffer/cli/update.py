@@ -13,12 +13,14 @@ from ..schedules.preview import Preview
 from ..store.schedule_rows import StoredSchedule
 from .base import (
     describe,
+    echo,
     fail,
     gaffer,
     gaffer_errors,
     json_option,
     policy_of,
     policy_options,
+    printable,
     store_of,
 )
 from .times import aware_option, when, zone_of
@@ -112,15 +114,15 @@ def update(
     after = store.update(name, **changes)
     differences = changed(before, after)
     if differences:
-        click.echo(f"updated {name}:")
+        echo(f"updated {name}:")
         for field, old, new in differences:
-            click.echo(f"  {field}: {old} -> {new}")
+            echo(f"  {field}: {printable(old)} -> {printable(new)}")
     else:
-        click.echo(f"{name} unchanged: it already had those values")
+        echo(f"{name} unchanged: it already had those values")
     for line in next_fires(after):
-        click.echo(line)
+        echo(line)
     if after.source == "config":
-        click.echo(
+        echo(
             f"note: {name} comes from app.conf.beat_schedule: Beat's next start puts back"
             " the configured values; change it there to keep this"
         )
@@ -129,12 +131,12 @@ def update(
 def show_preview(preview: Preview, zone: tzinfo | None, heading: str = "next fires:") -> None:
     """A ``--dry-run``'s output: the preview's summary, its fires under ``heading``, and
     that nothing changed."""
-    click.echo(preview.summary)
+    echo(preview.summary)
     if preview.fires:
-        click.echo(heading)
+        echo(heading)
     for fire in preview.fires:
-        click.echo(f"  {when(fire, zone)}")
-    click.echo("dry run: nothing was changed")
+        echo(f"  {when(fire, zone)}")
+    echo("dry run: nothing was changed")
 
 
 def changed(before: StoredSchedule, after: StoredSchedule) -> list[tuple[str, str, str]]:
