@@ -31,6 +31,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from .exceptions import GafferError
 from .settings import masked_ping_url
+from .text import printable
 
 #: Most bytes of an answer read: its status line and headers must fit.
 MAX_REPLY = 64 * 1024
@@ -68,13 +69,14 @@ def deliver(
     try:
         head = _head(method, url, host, port, body, headers or {})
         raw = _exchange(parts.scheme == "https", host, port, head + (body or b""), ends)
+        return _status(raw)
     except DeliveryFailed:
         raise
     except TimeoutError as exc:
         raise DeliveryFailed(f"no answer within {timeout:g} s") from exc
-    except (OSError, ValueError) as exc:  # refused, reset, TLS, a host that is not IDNA
+    # Refused, reset, TLS, a host that is not IDNA, headers http.client cannot parse.
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise DeliveryFailed(f"{type(exc).__name__}: {_clean(str(exc))}") from exc
-    return _status(raw)
 
 
 def _head(
@@ -200,9 +202,8 @@ def _where(location: str | None) -> str:
 
 
 def _clean(text: str) -> str:
-    """``text`` on one line, without control characters, cut to a readable length."""
-    printable = "".join(c if c.isprintable() else " " for c in text)
-    return " ".join(printable.split())[:200]
+    """``text`` on one line, control characters escaped, cut to a readable length."""
+    return printable(" ".join(text.split()))
 
 
 __all__ = ["MAX_REPLY", "DeliveryFailed", "deliver"]

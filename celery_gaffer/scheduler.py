@@ -100,12 +100,22 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         mistake to fix rather than wait out (see the class docstring) ends Beat with
         exit status 2. SIGTERM and SIGINT end the wait at once.
         """
-        settings = self.database.settings
-        with stoppable_start(settings.masked_url):
+        with stoppable_start(self.database.settings.masked_url):
             try:
                 self._wait_for_database()
             except GafferError as exc:
                 cannot_start(exc)
+            # Still within the handlers: Celery's would build a second Scheduler while
+            # this one is not yet Beat's, and leave this one's threads running.
+            try:
+                self._start_side_work()
+            except BaseException:
+                self.close()
+                raise
+
+    def _start_side_work(self) -> None:
+        """The sender, alert and partition threads, and the metrics server."""
+        settings = self.database.settings
         if self._sender_thread:
             self._tick_state.start_sender()
             if not self._froze:

@@ -287,19 +287,21 @@ def _webhook_url(value: Any, key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        shown = _masked_text(value) if isinstance(value, str) else value
-        raise ConfigurationError(f"{key}: expected an http(s) URL string, got {shown!r}", field=key)
+        shown = "a blank string" if isinstance(value, str) else type(value).__name__
+        raise ConfigurationError(f"{key}: expected an http(s) URL string, got {shown}", field=key)
     text = value.strip()
+    # A webhook's path is its secret (Slack's, say): an error shows the URL as
+    # scheme://host/*** at most.
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as exc:
         raise ConfigurationError(
-            f"{key}: cannot parse {_masked_text(text)!r} as a URL", field=key
+            f"{key}: cannot parse {masked_ping_url(text)!r} as a URL", field=key
         ) from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(
-            f"{key}: {_masked_text(text)!r} is not an http:// or https:// URL with a host",
+            f"{key}: {masked_ping_url(text)!r} is not an http:// or https:// URL with a host",
             field=key,
         )
     return text

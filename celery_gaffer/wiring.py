@@ -22,21 +22,21 @@ _installed: dict[int, Any] = {}
 
 
 def install(app: Any) -> None:
-    """Wire celery-gaffer into ``app``: validate its settings and connect its receivers.
+    """Wire celery-gaffer into ``app``: connect its receivers. Safe to call more than once.
 
-    Safe to call more than once. Raises :class:`~celery_gaffer.ConfigurationError` when
-    a ``gaffer_*`` setting is invalid.
+    The ``gaffer_*`` settings are read and checked when first used, not here: this runs
+    while Celery imports the app module, where an error reaches the user as Celery's
+    "Unable to load celery application" traceback. A worker or Beat started with a bad
+    setting ends with one line naming the key and exit status 2, as the CLI's commands
+    do; anywhere else the first use raises :class:`~celery_gaffer.ConfigurationError`.
     """
-    try:
-        settings = settings_for(app)
-    except ConfigurationError as exc:
-        # Raised while the app module loads, under Celery's "Unable to load" traceback:
-        # the message names the key, and the frames inside celery-gaffer add nothing.
-        raise ConfigurationError(str(exc), field=exc.field) from None
     if _installed.get(id(app)) is app:
         return
     signals.worker_process_init.connect(
         _reset_after_fork, weak=False, dispatch_uid="celery_gaffer.dispose_engines"
+    )
+    signals.celeryd_init.connect(
+        _check_settings, weak=False, dispatch_uid="celery_gaffer.check_settings"
     )
     recorder.connect(app)
     # Run ends still queued (runs.endings) are written before a worker or its pool
@@ -44,12 +44,25 @@ def install(app: Any) -> None:
     for shutdown in (signals.worker_process_shutdown, signals.worker_shutdown):
         shutdown.connect(endings.flush, weak=False, dispatch_uid="celery_gaffer.flush_run_ends")
     _installed[id(app)] = app
-    logger.debug(
-        "celery-gaffer installed on %s (database %s)",
-        app.main,
-        settings.masked_url,
-        extra={"action": "installed"},
-    )
+    logger.debug("celery-gaffer installed on %s", app.main, extra={"action": "installed"})
+
+
+def _check_settings(instance: Any = None, **_: Any) -> None:
+    """A worker of an installed app reads its settings before it starts: a bad one ends
+    it with one line naming the key and exit status 2 (SystemExit, which Celery's
+    signal dispatch lets through), not a worker whose every run fails."""
+    app = getattr(instance, "app", None)
+    if app is None or not is_installed(app):
+        return
+    try:
+        settings_for(app)
+    except ConfigurationError as exc:
+        logger.critical(
+            "worker cannot start: %s",
+            " ".join(str(exc).split()),
+            extra={"action": "worker_cannot_start"},
+        )
+        raise SystemExit(2) from None
 
 
 def is_installed(app: Any) -> bool:

@@ -73,9 +73,10 @@ def send_due(
     budget: float | None = None,
     stopping: Callable[[], bool] = lambda: False,
 ) -> datetime | None:
-    """Send the due alerts until none is due or ``stopping()``; with a ``budget`` (on the
-    tick), also stop at the first failure, after :data:`MAX_SENDS`, or once ``budget``
-    seconds have passed. When the earliest unsent one is next due (None: none waits)."""
+    """Send the due alerts until none is due, ``stopping()``, or the first failure that
+    was not given up; with a ``budget`` (on the tick), also after :data:`MAX_SENDS` or
+    once ``budget`` seconds have passed. When the earliest unsent one is next due (None:
+    none waits)."""
     url = settings.alert_webhook_url
     if url is None:
         return None
@@ -94,8 +95,9 @@ def send_due(
         try:
             post(url, alert.body)
         except DeliveryFailed as exc:
-            given_up = _failed(database, settings, alert, exc, clock())
-            if budget is not None and not given_up:
+            # A receiver that failed one alert would most likely fail the next one too:
+            # the pass ends here and the next starts at the earliest retry.
+            if not _failed(database, settings, alert, exc, clock()):
                 break
             continue
         with database.begin() as conn:

@@ -7,9 +7,13 @@ tick, then every hour (every half period for periods under two hours), and makes
 periods up to :func:`~celery_gaffer.store.partitions.ahead` of now when less than half
 of that is left. On SQLite it checks once and never again.
 
-Making a period may move rows out of the default partition, which takes as long as
-there are rows: once :meth:`PartitionKeeper.start` ran, the checks are made by a thread
-of their own (:mod:`.side`), and the tick never waits for them.
+Once :meth:`PartitionKeeper.start` ran, the checks are made by a thread of their own
+(:mod:`.side`): the tick never waits for a check. Making a period whose rows already
+went into the default partition (it was not made in time: Beat was down longer than the
+periods made ahead) moves them under the default partition's exclusive lock, which the
+tick's statements on the ledger then wait for until the move commits, as long as there
+are rows to move; with the periods made ahead, the default partition is empty and the
+move takes no time.
 """
 
 from __future__ import annotations

@@ -31,20 +31,47 @@ class RefusedGlobal(pickle.UnpicklingError):
     """The file names something a celerybeat-schedule file never holds."""
 
 
+#: The largest ``entries`` value read (a schedule file of many thousand entries is far
+#: smaller): a crafted file cannot make the reader hold more.
+MAX_ENTRIES_BYTES = 64 * 1024 * 1024
+
+
+def _arguments(name: str, args: tuple[Any, ...], most: int) -> tuple[Any, ...]:
+    """The positional arguments Celery's own pickle gives ``name``, and no more: a
+    crafted file cannot pass an app, or a ``nowfun`` that the constructor would call."""
+    if len(args) > most:
+        raise RefusedGlobal(f"refused to load {name} with {len(args)} arguments")
+    return args
+
+
 def _entry(*args: Any) -> ScheduleEntry:
-    return ScheduleEntry(*args)
+    # name, task, last_run_at, total_run_count, schedule, args, kwargs, options
+    return ScheduleEntry(*_arguments("celery.beat.ScheduleEntry", args, 8))
 
 
 def _schedule(*args: Any) -> schedule:
-    return schedule(*args)
+    run_every, relative, *nowfun = _arguments("celery.schedules.schedule", args, 3)
+    if any(fun is not None for fun in nowfun):
+        raise RefusedGlobal("refused to load celery.schedules.schedule with a nowfun")
+    return schedule(run_every, relative)
 
 
 def _crontab(*args: Any) -> crontab:
-    return crontab(*args)
+    # minute, hour, day_of_week, day_of_month, month_of_year
+    return crontab(*_arguments("celery.schedules.crontab", args, 5))
 
 
 def _solar(*args: Any) -> solar:
-    return solar(*args)
+    # event, lat, lon
+    return solar(*_arguments("celery.schedules.solar", args, 3))
+
+
+def _bytearray(data: bytes = b"") -> bytearray:
+    """What a pickle of a bytearray calls (protocols before 5): from bytes only, never
+    ``bytearray(n)``, which would allocate ``n`` bytes."""
+    if not isinstance(data, bytes):
+        raise RefusedGlobal("refused to load builtins.bytearray of anything but bytes")
+    return bytearray(data)
 
 
 def _zone(key: str, from_cache: bool = True) -> ZoneInfo:
@@ -80,8 +107,7 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("builtins", "list"): list,
     ("builtins", "dict"): dict,
     ("builtins", "tuple"): tuple,
-    ("builtins", "bytearray"): bytearray,
-    ("builtins", "bytes"): bytes,
+    ("builtins", "bytearray"): _bytearray,
 }
 
 
@@ -113,6 +139,10 @@ def read_entries(path: str | Path) -> dict[Any, Any]:
         raw = db.get(b"entries")
     if raw is None:
         return {}
+    if len(raw) > MAX_ENTRIES_BYTES:
+        raise pickle.UnpicklingError(
+            f"entries holds {len(raw)} bytes, more than the {MAX_ENTRIES_BYTES} read"
+        )
     entries = CelerybeatUnpickler(io.BytesIO(raw)).load()
     if not isinstance(entries, dict):
         raise pickle.UnpicklingError(f"entries is a {type(entries).__name__}, not a dict")

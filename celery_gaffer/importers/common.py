@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from ..exceptions import GafferError, ScheduleNotFound
-from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
 from ..schedules.spec import ScheduleSpec
 from ..store.schedule_rows import StoredSchedule, policy_dict
@@ -23,12 +22,6 @@ from ..text import printable
 ADDED, CHANGED, UNCHANGED, REFUSED = "added", "changed", "unchanged", "cannot be mapped"
 #: How much of a reason or note a report line shows (a name: the default of printable).
 SHOWN_REASON = 400
-
-
-def loads(text: str, field: str) -> Any:
-    """A source value's JSON (:func:`~celery_gaffer.protocol.loads_json`: InvalidInput
-    naming ``field`` when it does not parse or nests too deeply)."""
-    return loads_json(text, field)
 
 
 def reason_of(exc: BaseException) -> str:
@@ -206,7 +199,6 @@ __all__ = [
     "ImportReport",
     "apply_candidates",
     "changed_fields",
-    "loads",
     "printable",
     "reason_of",
     "refusal",

@@ -21,12 +21,13 @@ from typing import Any
 from celery.schedules import ParseException, crontab
 
 from ..exceptions import InvalidInput
+from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
 from ..schedules.celery_beat import translate
 from ..schedules.kinds import At, Schedule, at, every
 from ..schedules.spec import ScheduleSpec, validate_entry
 from ..store.django_celery_beat import Tables, read_tables
-from .common import Candidate, ImportReport, apply_candidates, loads, refusal
+from .common import Candidate, ImportReport, apply_candidates, refusal
 
 WATERMARK_FROM = "from django-celery-beat"
 _UTC = timezone.utc
@@ -171,7 +172,7 @@ def _entry(
     }
     if row["expire_seconds"]:
         options["expires"] = row["expire_seconds"]
-    headers = loads(row["headers"] or "{}", "headers")
+    headers = loads_json(row["headers"] or "{}", "headers")
     if not isinstance(headers, dict):
         raise InvalidInput("headers: expected a JSON object", field="headers")
     # Its Beat adds the periodic task's name to every message's headers.
@@ -202,8 +203,8 @@ def _entry(
         name=row["name"],
         task=row["task"],
         schedule=schedule,
-        args=loads(row["args"] or "[]", "args"),
-        kwargs=loads(row["kwargs"] or "{}", "kwargs"),
+        args=loads_json(row["args"] or "[]", "args"),
+        kwargs=loads_json(row["kwargs"] or "{}", "kwargs"),
         options=options,
         gaffer=gaffer,
         known_tasks=known,

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+from ..exceptions import one_line
 from ..outbound import DeliveryFailed, deliver
 from ..protocol import RunState
 from ..runtime import runtime
@@ -130,6 +131,14 @@ class Pinger:
                 continue
             try:
                 self._deliver(url, event, target)
+            except Exception as exc:  # noqa: BLE001 - a lane's thread must outlive any ping
+                logger.warning(
+                    "ping %s of %s failed: %s",
+                    event,
+                    masked_ping_url(url),
+                    one_line(exc),
+                    extra={"action": "ping_failed"},
+                )
             finally:
                 lane.queue.task_done()
 

@@ -29,7 +29,7 @@ _SMALL_FORMS = ("/login", "/logout")
 
 def body_limit(path: str) -> int:
     """The largest request body answered on ``path``."""
-    return FORM_BODY_LIMIT if path in _SMALL_FORMS else ACTION_BODY_LIMIT
+    return FORM_BODY_LIMIT if path.rstrip("/").endswith(_SMALL_FORMS) else ACTION_BODY_LIMIT
 
 
 class BodyTooLarge(Exception):
@@ -57,7 +57,7 @@ class RequestEdge:
             return
         limit = body_limit(path)
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and not declared.isdigit():
+        if declared is not None and not (declared.isascii() and declared.isdigit()):
             await _refusal(path, 400, "Content-Length is not a number")(scope, receive, send)
             return
         if declared is not None and int(declared) > limit:

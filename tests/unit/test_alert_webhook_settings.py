@@ -45,3 +45,18 @@ def test_retries_back_off_from_5_seconds_doubling_to_10_minutes() -> None:
     delays = [retry_delay(attempt).total_seconds() for attempt in range(1, 11)]
     assert delays == [5, 10, 20, 40, 80, 160, 320, 600, 600, 600]
     assert retry_delay(5000) == timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "htps://hooks.example/services/T0/B0/s3cr3tPath",
+        "https:/hooks.example/services/T0/B0/s3cr3tPath",
+        "https://hooks.example:port/services/T0/B0/s3cr3tPath",
+    ],
+)
+def test_a_mistyped_webhook_url_error_never_shows_its_path(value: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        GafferSettings.from_conf({"gaffer_alert_webhook_url": value})
+    assert "s3cr3tPath" not in str(info.value)
+    assert "***" in str(info.value)

@@ -18,7 +18,8 @@ from celery.schedules import crontab, schedule
 
 from celery_gaffer.exceptions import InvalidInput
 from celery_gaffer.importers.celery_shelve import RefusedGlobal, read_entries
-from celery_gaffer.importers.common import loads, printable
+from celery_gaffer.importers.common import printable
+from celery_gaffer.protocol import loads_json as loads
 
 
 class Touch:
@@ -39,6 +40,16 @@ class Lookup:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (getattr, (self.owner, self.name))
+
+
+class Call:
+    """Pickles as ``function(*args)``."""
+
+    def __init__(self, function: Any, *args: Any) -> None:
+        self.function, self.args = function, args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.function, self.args)
 
 
 def crafted(path: Path, entries: Any) -> Path:
@@ -133,3 +144,20 @@ def test_json_depth_is_checked_before_decoding() -> None:
     assert info.value.field == "args"
     with pytest.raises(InvalidInput):
         loads('{"a": ' * 65 + "1" + "}" * 65, "kwargs")
+
+
+@pytest.mark.parametrize(
+    ("call", "refused"),
+    [
+        (Call(bytes, 2**33), r"^refused to load builtins\.bytes$"),
+        (Call(bytearray, 2**33), r"^refused to load builtins\.bytearray of anything but bytes$"),
+        (Call(schedule, timedelta(1), False, list), r"schedule with a nowfun$"),
+        (Call(ScheduleEntry, *["x"] * 9), r"ScheduleEntry with 9 arguments$"),
+    ],
+)
+def test_calls_that_would_allocate_or_call_what_the_file_picks_are_refused(
+    tmp_path: Path, call: Call, refused: str
+) -> None:
+    path = crafted(tmp_path / "celerybeat-schedule", {"x": call})
+    with pytest.raises(RefusedGlobal, match=refused):
+        read_entries(path)

@@ -136,6 +136,16 @@ def test_a_redirect_is_a_failed_delivery_and_is_not_followed(code: int) -> None:
     assert "s3cret" not in message
 
 
+def test_a_redirect_with_headers_http_client_refuses_is_a_failed_delivery_too() -> None:
+    many = "".join(f"X-Padding-{n}: {n}\r\n" for n in range(150))
+    receiver = RawReceiver(status(302, "Found", f"Location: http://elsewhere/x\r\n{many}"))
+    try:
+        with pytest.raises(DeliveryFailed, match="HTTPException: got more than 100 headers"):
+            deliver("GET", receiver.url(), timeout=5.0)
+    finally:
+        receiver.stop()
+
+
 def test_a_refused_connection_and_an_answer_that_is_not_http_fail_in_one_line() -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))

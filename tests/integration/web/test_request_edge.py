@@ -17,7 +17,7 @@ from celery_gaffer import Scheduler, ScheduleStore, every
 from celery_gaffer.store import database_for
 from celery_gaffer.store.models import table_of
 from celery_gaffer.web import create_app
-from celery_gaffer.web.edge import ACTION_BODY_LIMIT, FORM_BODY_LIMIT
+from celery_gaffer.web.edge import ACTION_BODY_LIMIT, FORM_BODY_LIMIT, body_limit
 
 from ...support import FrozenClock
 from .conftest import TOKEN, Client, bearer, log_in
@@ -238,3 +238,9 @@ def test_a_login_within_the_cap_still_logs_in(client: Client) -> None:
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert response.status_code == 303
+
+
+@pytest.mark.parametrize("path", ["/login", "/login/", "/logout", "/console/login"])
+def test_the_login_forms_get_the_small_cap_however_their_path_is_written(path: str) -> None:
+    assert body_limit(path) == FORM_BODY_LIMIT
+    assert body_limit("/schedules/nightly") == ACTION_BODY_LIMIT
