@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..beat.survey import survey
+from ..beat.survey import LAST_SUCCESS_AT, NAME, SCHEDULE, states
 from ..clock import utcnow
 from ..exceptions import GafferError
 from ..schedules.cron_engine import load_zone
@@ -64,11 +64,19 @@ def status(ctx: click.Context, as_json: bool, problems: bool, in_utc: bool) -> N
     seen = Tally()
     formats = Formats(in_utc=in_utc)
     with database.read() as conn:
-        surveyed = seen.count(survey(conn, database.models, utcnow(), settings), problems)
+        surveyed = seen.count(states(conn, database.models, utcnow(), settings), problems)
         if as_json:
-            echo_batches(formats.json_line(health) for _, health in surveyed)
+            echo_batches(
+                formats.json_of(row[NAME], row[LAST_SUCCESS_AT], health) for row, health in surveyed
+            )
         else:
-            echo_batches(table_lines(formats.cells(row, health) for row, health in surveyed))
+            cells = formats.cells_of
+            echo_batches(
+                table_lines(
+                    cells(row[NAME], row[LAST_SUCCESS_AT], row[SCHEDULE], health)
+                    for row, health in surveyed
+                )
+            )
     if not as_json:
         counted = f"{seen.shown} of {seen.total}" if problems else str(seen.total)
         not_ok = " not ok" if problems else ""

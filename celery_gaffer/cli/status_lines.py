@@ -12,8 +12,8 @@ import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import tzinfo
-from typing import Any
+from datetime import datetime, tzinfo
+from typing import Any, TypeVar
 
 import click
 
@@ -32,6 +32,8 @@ _MEMO_LIMIT = 10_000
 # A schedule's definition is longer than this only when edited by hand: not kept.
 _KEPT_DEFINITION = 1024
 
+Row = TypeVar("Row")
+
 
 @dataclass
 class Tally:
@@ -42,8 +44,8 @@ class Tally:
     alerting: bool = False
 
     def count(
-        self, surveyed: Iterable[tuple[Mapping[Any, Any], Report]], problems: bool
-    ) -> Iterator[tuple[Mapping[Any, Any], Report]]:
+        self, surveyed: Iterable[tuple[Row, Report]], problems: bool
+    ) -> Iterator[tuple[Row, Report]]:
         """``surveyed`` counted, without the ``ok`` ones when ``problems``."""
         for row, health in surveyed:
             self.total += 1
@@ -61,6 +63,10 @@ class Formats:
     in_utc: bool = False
     _seen: dict[Any, Any] = field(default_factory=dict)
     _zones: dict[str, tzinfo | None] = field(default_factory=dict)
+    # By the identity of a Health that rows deciding alike share (kept with it, so that
+    # an identity is never taken for another's): what its lines show but the name and
+    # last success.
+    _shared: dict[Any, tuple[Any, ...]] = field(default_factory=dict)
 
     def _once(self, key: Any, make: Any, *args: Any) -> Any:
         found = self._seen.get(key)
@@ -83,34 +89,67 @@ class Formats:
 
     def json_line(self, health: Report) -> str:
         """A schedule's line of ``status --json``: :func:`status_json` as ``json.dumps``
-        writes it. What follows the last success is the same for every schedule of one
-        timing and state, so it is encoded once."""
-        last = health.last_success_at
-        tail_key = ("json", health.state, health.next_fire_at, health.consecutive_failures,
-                    health.due_nominal_at, health.error)  # fmt: skip
-        tail: str = self._once(tail_key, _json_tail, health)
-        return (
-            f'{{"schedule": {_ENCODE(health.schedule)}, "state": {_ENCODE(str(health.state))},'
-            f' "last_success_at": {"null" if last is None else _ENCODE(last.isoformat())}{tail}'
-        )
+        writes it."""
+        return self.json_of(health.schedule, health.last_success_at, health)
+
+    def json_of(self, name: str, last: datetime | None, health: Report) -> str:
+        """:meth:`json_line` of schedule ``name`` last successful at ``last``, the rest
+        from ``health`` (which may be another schedule's that decided alike). What
+        follows the last success is the same for every schedule of one timing and
+        state, so it is encoded once."""
+        shared = self._shared.get(("json", id(health)))
+        if shared is None or shared[0] is not health:
+            tail_key = ("json", health.state, health.next_fire_at, health.consecutive_failures,
+                        health.due_nominal_at, health.error)  # fmt: skip
+            state = f', "state": {_ENCODE(str(health.state))}, "last_success_at": '
+            tail = self._once(tail_key, _json_tail, health)
+            shared = self._share(("json", id(health)), health, state, tail)
+        _, state, tail = shared
+        last_text = "null" if last is None else _ENCODE(last.isoformat())
+        return f'{{"schedule": {_ENCODE(name)}{state}{last_text}{tail}'
 
     def cells(self, row: Mapping[Any, Any], health: Report) -> tuple[str, ...]:
         """A schedule's cells of the text table, its times in its zone (unless in UTC),
         each made printable as :func:`~.base.table` makes its cells."""
-        zone = None if self.in_utc else self._zone(row["schedule"])
-        following = self._once(("when", health.next_fire_at, zone), when, health.next_fire_at, zone)
-        if health.state == Health.OK:
-            why = ""
-        else:
-            why = self._once(_reason_key(health, zone), reason, health, zone)
+        return self.cells_of(health.schedule, health.last_success_at, row["schedule"], health)
+
+    def cells_of(
+        self, name: str, last: datetime | None, definition: Any, health: Report
+    ) -> tuple[str, ...]:
+        """:meth:`cells` of schedule ``name`` (its definition as stored) last successful
+        at ``last``, the rest from ``health`` (which may be another schedule's)."""
+        try:
+            shared = self._shared.get((id(health), definition))
+        except TypeError:  # a definition that is not text
+            shared = None
+        if shared is None or shared[0] is not health:
+            zone = None if self.in_utc else self._zone(definition)
+            following = self._once(
+                ("when", health.next_fire_at, zone), when, health.next_fire_at, zone
+            )
+            if health.state == Health.OK:
+                why = ""
+            else:
+                why = self._once(_reason_key(health, zone), reason, health, zone)
+            cells = (str(health.state), following, str(health.consecutive_failures))
+            shared = (health, zone, *cells, _printable(why, None))
+            if isinstance(definition, str) and len(definition) <= _KEPT_DEFINITION:
+                self._share((id(health), definition), *shared)
+        _, zone, state, following, failures, why = shared
         return (
-            _printable(health.schedule, COLUMN_WIDTH),
-            str(health.state),
-            when(health.last_success_at, zone),
+            _printable(name, COLUMN_WIDTH),
+            state,
+            "-" if last is None else when(last, zone),
             following,
-            str(health.consecutive_failures),
-            _printable(why, None),
+            failures,
+            why,
         )
+
+    def _share(self, key: Any, *shared: Any) -> tuple[Any, ...]:
+        if len(self._shared) >= _MEMO_LIMIT:
+            self._shared.clear()
+        self._shared[key] = shared
+        return shared
 
 
 def status_json(health: Report) -> dict[str, Any]:
@@ -158,9 +197,11 @@ def table_lines(rows: Iterable[tuple[str, ...]]) -> Iterator[str]:
     remaining = iter(rows)
     first = [HEADER, *itertools.islice(remaining, BATCH)]
     widths = [max(len(row[i]) for row in first) for i in range(len(HEADER) - 1)]
+    # Each cell left-aligned and padded to its width (a longer one is not cut), as
+    # str.ljust pads it; the last as it is.
+    line = "  ".join([*(f"{{:<{width}}}" for width in widths), "{}"]).format
     for row in itertools.chain(first, remaining):
-        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        yield "  ".join([*padded, row[-1]]).rstrip()
+        yield line(*row).rstrip()
 
 
 def echo_batches(lines: Iterable[str]) -> None:

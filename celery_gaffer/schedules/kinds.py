@@ -305,6 +305,11 @@ class Cron(GafferSchedule):
     def _fires_after(self, after: datetime) -> Iterator[datetime]:
         return self._engine.fires_after(after)
 
+    def next_after(self, t: datetime) -> datetime | None:
+        """The first fire strictly after ``t`` (see :meth:`GafferSchedule.next_after`),
+        computed once per expression, zone and instant."""
+        return _next_cron_fire(self._expr, self._tz, aware_utc(t, "t"))
+
     def last_at_or_before(self, t: datetime) -> datetime | None:
         """The latest fire ``f <= t`` (see :meth:`GafferSchedule.last_at_or_before`),
         computed once per expression, zone and instant."""
@@ -324,6 +329,12 @@ def _last_cron_fire(expr: str, tz: str, until: datetime) -> datetime | None:
     """:meth:`Cron.last_at_or_before` as a pure value: tenants' schedules share a few
     timings, and a health survey asks each of them about the same instant."""
     return GafferSchedule.last_at_or_before(Cron(expr, tz), until)
+
+
+@functools.lru_cache(maxsize=4096)
+def _next_cron_fire(expr: str, tz: str, after: datetime) -> datetime | None:
+    """:meth:`Cron.next_after` as a pure value, for the same reason."""
+    return GafferSchedule.next_after(Cron(expr, tz), after)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, inspect, select
 
 from .models import models_for
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# A migration's header, as Alembic's template writes it: ``revision = "0002"`` and
+# ``down_revision = "0001"`` (or None) at the start of a line.
+_HEADER = re.compile(
+    r'^(?P<key>revision|down_revision)\s*(?::[^=\n]*)?=\s*(?:"(?P<value>[^"]*)"|None)\s*$',
+    re.MULTILINE,
+)
 
 
 def alembic_config(
@@ -19,6 +27,8 @@ def alembic_config(
 ) -> Config:
     """An Alembic config bound to ``connection`` for the tables of ``prefix`` (and the
     period of the partitions a migration makes, in seconds; default a week)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["connection"] = connection
@@ -28,14 +38,27 @@ def alembic_config(
     return config
 
 
+def shipped_revisions() -> dict[str, str | None]:
+    """Each revision shipped with this version -> the one it follows (None for the
+    first), read from the migrations' headers: every command checks the database's
+    revision, and importing Alembic for that would slow every one of them down."""
+    shipped: dict[str, str | None] = {}
+    for path in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
+        header = {
+            found["key"]: found["value"] for found in _HEADER.finditer(path.read_text("utf-8"))
+        }
+        if "revision" in header:
+            shipped[header["revision"]] = header.get("down_revision")
+    return shipped
+
+
 def head_revision() -> str:
     """The newest revision shipped with this version of celery-gaffer."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(config).get_current_head()
-    if head is None:
-        raise RuntimeError("celery-gaffer ships no migrations")
-    return head
+    shipped = shipped_revisions()
+    heads = set(shipped) - set(shipped.values())
+    if len(heads) != 1:
+        raise RuntimeError(f"celery-gaffer ships {len(heads)} migration heads, not one")
+    return heads.pop()
 
 
 def current_revision(engine: Engine, prefix: str) -> str | None:
@@ -50,9 +73,7 @@ def current_revision(engine: Engine, prefix: str) -> str | None:
 
 def known_revisions() -> set[str]:
     """Every revision this version of celery-gaffer ships."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
+    return set(shipped_revisions())
 
 
 def migrate(
@@ -74,6 +95,8 @@ def migrate(
         raise ValueError(
             f"the database is at revision {before!r}, which this version does not know"
         )
+    from alembic import command
+
     target = head_revision() if to == "head" else to
     with engine.connect() as connection:
         config = alembic_config(connection, prefix, partition_interval)
@@ -87,10 +110,10 @@ def migrate(
 
 def _is_older(target: str, than: str) -> bool:
     """Whether ``target`` comes before ``than`` in the shipped history."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    below = {
-        script.revision
-        for script in ScriptDirectory.from_config(config).iterate_revisions(than, "base")
-    }
-    return target in below and target != than
+    shipped = shipped_revisions()
+    below = shipped.get(than)
+    while below is not None:
+        if below == target:
+            return True
+        below = shipped.get(below)
+    return False

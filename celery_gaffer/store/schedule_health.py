@@ -8,8 +8,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    Column,
     ColumnElement,
     Connection,
+    Dialect,
     Text,
     and_,
     bindparam,
@@ -115,7 +117,8 @@ def survey_rows(
     *,
     alert_candidates: bool = False,
     every_column: bool = False,
-) -> Generator[Mapping[Any, Any], None, None]:
+    as_tuples: bool = False,
+) -> Generator[Any, None, None]:
     """Every schedule's row by name, streamed, in one statement whatever their number:
     what ``gaffer status`` prints and the console's alerts page lists.
 
@@ -133,6 +136,12 @@ def survey_rows(
     enabled ones stored ``late`` or ``failing`` or with a passed ``check_at``. Rows are
     fetched :data:`SURVEY_BATCH` at a time; the caller owns the transaction and may stop
     early.
+
+    Each row starts with its ``name`` and ``last_success_at`` (what only its status line
+    reads: the rest of a row decides its health). ``as_tuples``: rows as tuples (the
+    columns of :data:`SURVEY_COLUMNS`, unless ``every_column``), not mappings, and their
+    instants but ``last_success_at`` as the driver gives them (aware, maybe in another
+    zone: :func:`in_utc` converts them), so that a row's decoding costs less.
     """
     table = table_of(models.Schedule)
     holds = and_(
@@ -141,14 +150,16 @@ def survey_rows(
     active = and_(table.c.error.is_(None), table.c.enabled.is_(true()))
     evaluated = and_(active, ~holds)
     grace = func.coalesce(table.c.grace, default_grace)
+    until = _minus(conn, now, grace)
     fires = table_of(models.Fire)
     newest = (
         select(func.max(fires.c.nominal_at))
-        .where(fires.c.schedule == table.c.name, fires.c.nominal_at <= _minus(conn, now, grace))
+        .where(fires.c.schedule == table.c.name, fires.c.nominal_at <= until)
         .scalar_subquery()
     )
     sane = grace.between(-_SANE_GRACE, _SANE_GRACE)
-    ledger_latest = type_coerce(case((and_(evaluated, sane), newest), else_=None), UTCDateTime())
+    reading = _AsGiven if as_tuples else _ReadUTC
+    ledger_latest = type_coerce(case((and_(evaluated, sane), newest), else_=None), reading())
     if every_column:
         columns = readable_columns(table)
     else:
@@ -157,11 +168,17 @@ def survey_rows(
         columns = [
             column
             if column.name in _SHOWN
-            else type_coerce(case((evaluated, column), else_=None), column.type).label(column.name)
+            else type_coerce(case((evaluated, column), else_=None), _read(column, reading)).label(
+                column.name
+            )
             for column in health_columns(models)
         ]
+    columns.sort(key=lambda column: _FIRST.get(column.name, len(_FIRST)))  # stable
+    columns = [_read_utc(column, reading) for column in columns]
     stmt = select(
-        *columns, and_(active, holds).label("stored_ok"), ledger_latest.label("ledger_latest")
+        *columns,
+        and_(active, holds).label("stored_ok"),
+        ledger_latest.label("ledger_latest"),
     ).order_by(table.c.name)
     if alert_candidates:
         stmt = stmt.where(
@@ -175,9 +192,91 @@ def survey_rows(
         )
     result = conn.execute(stmt.execution_options(yield_per=SURVEY_BATCH))
     try:
-        yield from result.mappings()
+        yield from (result.tuples() if as_tuples else result.mappings())
     finally:
         result.close()
+
+
+# The columns every survey row starts with, in this order.
+_FIRST = {"name": 0, "last_success_at": 1}
+#: The columns of a survey row (without ``every_column``), in order.
+SURVEY_COLUMNS = (
+    "name",
+    "last_success_at",
+    "schedule",
+    "enabled",
+    "error",
+    "grace",
+    "watermark_at",
+    "next_fire_at",
+    "health",
+    "consecutive_failures",
+    "last_success_nominal_at",
+    "start_at",
+    "end_at",
+    "max_runs",
+    "fired_count",
+    "stored_ok",
+    "ledger_latest",
+)
+
+
+class _ReadUTC(UTCDateTime):
+    """:class:`~.types.UTCDateTime` read at one call a value where the driver hands
+    aware datetimes (psycopg): a survey reads several a row."""
+
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        if self.impl_instance.dialect_impl(dialect).result_processor(dialect, coltype):
+            return super().result_processor(dialect, coltype)  # SQLite parses text first
+        utc, checked = timezone.utc, self.process_result_value
+
+        def process(value: Any) -> datetime | None:
+            if value is None:
+                return None
+            if value.__class__ is datetime and value.tzinfo is not None:
+                return value.astimezone(utc)
+            return checked(value, dialect)  # what UTCDateTime refuses or mends
+
+        return process
+
+
+class _AsGiven(_ReadUTC):
+    """Read as the driver hands it where it hands aware datetimes (psycopg: in the
+    session's zone): :func:`in_utc` converts a row's when it is needed."""
+
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        if self.impl_instance.dialect_impl(dialect).result_processor(dialect, coltype):
+            return super().result_processor(dialect, coltype)
+        return None
+
+
+def in_utc(values: Sequence[Any]) -> tuple[Any, ...]:
+    """A tuple survey row with every instant in UTC (see ``as_tuples``)."""
+    utc = timezone.utc
+    return tuple(
+        (value.replace(tzinfo=utc) if value.tzinfo is None else value.astimezone(utc))
+        if isinstance(value, datetime)
+        else value
+        for value in values
+    )
+
+
+def _read(column: Any, reading: type[_ReadUTC]) -> Any:
+    if not isinstance(column.type, UTCDateTime):
+        return column.type
+    # What a status line shows as it is read: each row's own last success.
+    return _ReadUTC() if column.name == "last_success_at" else reading()
+
+
+def _read_utc(column: Any, reading: type[_ReadUTC]) -> Any:
+    # A table's own column (the others are made with their reading type).
+    if isinstance(column, Column) and isinstance(column.type, UTCDateTime):
+        return type_coerce(column, _read(column, reading)).label(column.name)
+    return column
 
 
 # What every row of a survey carries (the others only when the row is evaluated).
@@ -213,4 +312,12 @@ def _minus(conn: Connection, now: datetime, seconds: ColumnElement[Any]) -> Colu
     return func.strftime("%Y-%m-%d %H:%M:%S.999999", text, func.printf("%+.3f seconds", -seconds))
 
 
-__all__ = ["health_columns", "health_rows", "lock_due_checks", "set_healths", "survey_rows"]
+__all__ = [
+    "SURVEY_COLUMNS",
+    "health_columns",
+    "health_rows",
+    "in_utc",
+    "lock_due_checks",
+    "set_healths",
+    "survey_rows",
+]

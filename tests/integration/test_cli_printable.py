@@ -121,4 +121,3 @@ def test_imported_names_holding_escape_sequences_or_a_megabyte_are_printed_escap
     assert _raw_controls(result.stdout + result.stderr) == []
     assert "red\\x1b[31mname" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) < 1_200
-
