@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from celery_gaffer.store import dispose_engines, get_engine, migrate, models_for
 
 from . import redis_claim
 from .services import AMQP_URL, POSTGRES_URL, REDIS_SERVER, REDIS_URL, service_missing
-from .support import FrozenClock
+from .support import STOP_SIGNALS, FrozenClock, celerys_handler
 
 pytest_plugins = ("celery.contrib.pytest",)
 
@@ -161,3 +162,15 @@ def amqp_url() -> str:
 def clock() -> FrozenClock:
     """A clock that moves only when told to: 2026-06-01 12:00Z, a Monday."""
     return FrozenClock()
+
+
+@pytest.fixture
+def celery_handlers() -> Iterator[None]:
+    """Stop handlers standing for Celery's (:func:`.support.celerys_handler`), and this
+    process's own put back afterwards."""
+    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, celerys_handler)
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from types import FrameType
 from typing import Any
 
 import redis
@@ -90,3 +92,12 @@ def noop_app(name: str, database_url: str, broker: str = "memory://", **conf: An
         yield app
     finally:
         app.close()
+
+
+#: The signals that stop Beat.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def celerys_handler(_signum: int, _frame: FrameType | None) -> None:
+    """Stands for Celery's stop handler, which would build a second Scheduler."""
+    raise AssertionError("Celery's handler ran: it would build a second Scheduler")

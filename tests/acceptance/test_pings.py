@@ -76,6 +76,24 @@ def _stub() -> None:
     return None
 
 
+def _start_beat_and_worker(
+    procs: list[CeleryProcess], tmp_path: Path, module: str
+) -> CeleryProcess:
+    """A Beat and a solo worker of ``module``; the worker, once ready."""
+    procs.append(
+        CeleryProcess(
+            tmp_path,
+            module,
+            ["beat", "-S", "gaffer", "--loglevel=INFO", "-s", str(tmp_path / "b")],
+            "beat",
+        )
+    )
+    worker = CeleryProcess(tmp_path, module, ["worker", "--pool=solo", "--loglevel=INFO"], "w")
+    procs.append(worker)
+    worker.wait_for_log("ready.")
+    return worker
+
+
 def test_runs_ping_start_and_their_end_paired_by_run_id(
     tmp_path: Path, postgres_url: str, redis_url: str
 ) -> None:
@@ -97,19 +115,7 @@ def test_runs_ping_start_and_their_end_paired_by_run_id(
 
     try:
         with celery_processes() as procs:
-            procs.append(
-                CeleryProcess(
-                    tmp_path,
-                    module,
-                    ["beat", "-S", "gaffer", "--loglevel=INFO", "-s", str(tmp_path / "b")],
-                    "beat",
-                )
-            )
-            worker = CeleryProcess(
-                tmp_path, module, ["worker", "--pool=solo", "--loglevel=INFO"], "w"
-            )
-            procs.append(worker)
-            worker.wait_for_log("ready.")
+            worker = _start_beat_and_worker(procs, tmp_path, module)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 if all(len(ended(name)) >= 2 for name in checks):
@@ -153,19 +159,7 @@ def test_a_hanging_monitor_delays_neither_other_pings_nor_the_runs(
 
     try:
         with celery_processes() as procs:
-            procs.append(
-                CeleryProcess(
-                    tmp_path,
-                    module,
-                    ["beat", "-S", "gaffer", "--loglevel=INFO", "-s", str(tmp_path / "b")],
-                    "beat",
-                )
-            )
-            worker = CeleryProcess(
-                tmp_path, module, ["worker", "--pool=solo", "--loglevel=INFO"], "w"
-            )
-            procs.append(worker)
-            worker.wait_for_log("ready.")
+            worker = _start_beat_and_worker(procs, tmp_path, module)
             time.sleep(15)
             ended = [p for p in receiver.runs(check).values() if p[-1] != "/start"]
             runs = {name: succeeded(name) for name in ("hung", "fine")}

@@ -7,30 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from types import FrameType
 
 import pytest
 
 from celery_gaffer import Scheduler
 
 from ...support import noop_app
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _celerys_handler(_signum: int, _frame: FrameType | None) -> None:
-    raise AssertionError("Celery's handler ran: it would build a second Scheduler")
-
-
-@pytest.fixture
-def celery_handlers() -> Iterator[None]:
-    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _celerys_handler)
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 class SignalledScheduler(Scheduler):

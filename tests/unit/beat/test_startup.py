@@ -7,19 +7,13 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from types import FrameType
 
 import pytest
 
 from celery_gaffer import ConfigurationError
 from celery_gaffer.beat.startup import Stopped, cannot_start, stoppable_start
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _celerys_handler(_signum: int, _frame: FrameType | None) -> None:
-    raise AssertionError("Celery's handler ran: it would build a second Scheduler")
+from ...support import STOP_SIGNALS, celerys_handler
 
 
 def _signal_and_wait(signum: int) -> None:
@@ -31,17 +25,6 @@ def _signal_and_wait(signum: int) -> None:
 def _start_and_signal(signum: int) -> None:
     with stoppable_start("sqlite:///gaffer.sqlite3"):
         _signal_and_wait(signum)
-
-
-@pytest.fixture
-def celery_handlers() -> Iterator[None]:
-    """Handlers standing for Celery's, and this process's own put back afterwards."""
-    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _celerys_handler)
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 @pytest.mark.parametrize("signum", STOP_SIGNALS, ids=["SIGTERM", "SIGINT"])
@@ -81,8 +64,8 @@ def test_signals_sent_together_raise_once(celery_handlers: None) -> None:
 
 def test_a_start_up_that_succeeds_gives_the_handlers_back(celery_handlers: None) -> None:
     with stoppable_start("sqlite:///gaffer.sqlite3"):
-        assert signal.getsignal(signal.SIGTERM) is not _celerys_handler
-    assert all(signal.getsignal(signum) is _celerys_handler for signum in STOP_SIGNALS)
+        assert signal.getsignal(signal.SIGTERM) is not celerys_handler
+    assert all(signal.getsignal(signum) is celerys_handler for signum in STOP_SIGNALS)
 
 
 def _start_and_break() -> None:
@@ -93,7 +76,7 @@ def _start_and_break() -> None:
 def test_an_unexpected_error_gives_the_handlers_back(celery_handlers: None) -> None:
     with pytest.raises(KeyError):
         _start_and_break()
-    assert all(signal.getsignal(signum) is _celerys_handler for signum in STOP_SIGNALS)
+    assert all(signal.getsignal(signum) is celerys_handler for signum in STOP_SIGNALS)
 
 
 def _start_and_fail(mistake: ConfigurationError) -> None:
@@ -131,4 +114,4 @@ def test_an_embedded_beat_keeps_its_hosts_handlers(celery_handlers: None) -> Non
     thread = threading.Thread(target=start)
     thread.start()
     thread.join(10)
-    assert seen == [_celerys_handler]
+    assert seen == [celerys_handler]
