@@ -16,7 +16,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[web,test,lint,docs]'
+	$(BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[web,test,lint,docs]'
 	touch $(STAMP)
 
 # Built from scratch whenever the pins change: upgrading in place would leave behind

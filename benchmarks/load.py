@@ -1,4 +1,4 @@
-"""Bulk loading: ``ScheduleStore.add_many`` against plain psycopg inserts of the same rows.
+"""Bulk loading: ``ScheduleStore.add_many`` against plain psycopg writes of the same rows.
 
     .venv/bin/python benchmarks/load.py                 # 100,000 and 1,000,000 schedules
     .venv/bin/python benchmarks/load.py --sizes 100000  # one size
@@ -10,13 +10,14 @@ a throwaway PostgreSQL database, each size in a fresh table:
 
 * **gaffer**: ``add_many`` (validation of every entry, first fires, the chunks written
   in one transaction each), entries made on the fly from the shared timings;
-* **insert**: the reference: the very rows gaffer wrote (read back as text), inserted by
-  plain psycopg with one multi-row ``INSERT ... VALUES`` per chunk of 1,000, one
-  transaction per 5,000 rows (the same chunking);
-* **copy**: the same rows with ``COPY ... FROM STDIN`` (the server's fastest path, for
-  scale).
+* **executemany**: the very rows gaffer wrote (read back, JSON as text, the table
+  truncated) inserted by plain psycopg's ``cursor.executemany`` of one ``INSERT``, in
+  pipeline mode (one round trip per transaction, not per row), one transaction per
+  5,000 rows (add_many's chunks);
+* **copy**: the same rows, the same transactions, with ``COPY ... FROM STDIN`` and
+  psycopg's ``Copy.write_row``.
 
-Prints rows/s and ratios; exits 1 when gaffer is below 0.5x the multi-row insert.
+Prints rows/s and ratios; exits 1 when gaffer is below 0.5x the faster reference.
 """
 
 from __future__ import annotations
@@ -107,27 +108,19 @@ def read_rows(dbname: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     return [names[i] for i in keep], out
 
 
-def load_insert(dbname: str, columns: list[str], rows: list[tuple[Any, ...]]) -> float:
+def load_executemany(dbname: str, columns: list[str], rows: list[tuple[Any, ...]]) -> float:
+    """The rows with psycopg's ``executemany`` (pipelined where libpq can), one
+    transaction per chunk."""
     import psycopg
 
-    per_statement = 1000
-    width = len(columns)
-    one = "(" + ", ".join(["%s"] * width) + ")"
-    sql_head = f"INSERT INTO gaffer_schedules ({', '.join(columns)}) VALUES "  # noqa: S608 - our own column names
+    placeholders = ", ".join(["%s"] * len(columns))
+    sql = f"INSERT INTO gaffer_schedules ({', '.join(columns)}) VALUES ({placeholders})"  # noqa: S608 - our own column names
     with psycopg.connect(pg_dsn(dbname)) as conn:
-        full = sql_head + ", ".join([one] * per_statement)
         started = time.perf_counter()
-        for start in range(0, len(rows), CHUNK):
-            with conn.transaction():
-                block = rows[start : start + CHUNK]
-                for offset in range(0, len(block), per_statement):
-                    part = block[offset : offset + per_statement]
-                    sql = (
-                        full
-                        if len(part) == per_statement
-                        else sql_head + ", ".join([one] * len(part))
-                    )
-                    conn.execute(sql, [value for row in part for value in row])
+        with conn.pipeline():
+            for start in range(0, len(rows), CHUNK):
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(sql, rows[start : start + CHUNK])
         elapsed = time.perf_counter() - started
         conn.execute("TRUNCATE gaffer_schedules")
         conn.commit()
@@ -156,11 +149,11 @@ def measure(n: int) -> dict[str, float]:
     try:
         gaffer = load_gaffer(pg_sqlalchemy_url(dbname), n)
         columns, rows = read_rows(dbname)
-        insert = load_insert(dbname, columns, rows)
+        executemany = load_executemany(dbname, columns, rows)
         copy = load_copy(dbname, columns, rows)
     finally:
         drop_database(dbname)
-    return {"gaffer": gaffer, "insert": insert, "copy": copy}
+    return {"gaffer": gaffer, "executemany": executemany, "copy": copy}
 
 
 def main(argv: list[str]) -> int:
@@ -171,30 +164,40 @@ def main(argv: list[str]) -> int:
     missed = False
     for n in (int(s) for s in args.sizes.split(",")):
         times = measure(n)
-        ratio = times["insert"] / times["gaffer"]
+        fastest = min(times["executemany"], times["copy"])
+        ratio = fastest / times["gaffer"]
         missed |= ratio < TARGET
         table.append(
             (
                 f"{n:,}",
                 f"{n / times['gaffer']:,.0f}",
-                f"{n / times['insert']:,.0f}",
+                f"{n / times['executemany']:,.0f}",
                 f"{n / times['copy']:,.0f}",
-                f"{ratio:.2f}x",
+                f"{times['executemany'] / times['gaffer']:.2f}x",
                 f"{times['copy'] / times['gaffer']:.2f}x",
+                f"{ratio:.2f}x",
             )
         )
         print(
-            f"N={n:,}: gaffer {times['gaffer']:.1f} s, insert {times['insert']:.1f} s, "
+            f"N={n:,}: gaffer {times['gaffer']:.1f} s, executemany {times['executemany']:.1f} s, "
             f"copy {times['copy']:.1f} s",
             flush=True,
         )
     print(
         format_table(
-            ("schedules", "gaffer rows/s", "insert rows/s", "copy rows/s", "vs insert", "vs copy"),
+            (
+                "schedules",
+                "gaffer rows/s",
+                "executemany rows/s",
+                "copy rows/s",
+                "vs executemany",
+                "vs copy",
+                "vs faster",
+            ),
             table,
         )
     )
-    print(f"target: gaffer >= {TARGET}x the multi-row insert: {'MISSED' if missed else 'met'}")
+    print(f"target: gaffer >= {TARGET}x the faster reference: {'MISSED' if missed else 'met'}")
     return 1 if missed else 0
 
 

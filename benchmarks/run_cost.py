@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What one GafferTask run costs the worker process and the database, no broker.
 
-    python benchmarks/run_cost.py [--runs 3000] [--rounds 2] [--cursor]
+    python benchmarks/run_cost.py [--runs 3000] [--rounds 2]
 
 Calls the worker's tracer (``celery.app.trace.build_tracer``, as a worker delivers a
 message) in this process on ``task_overhead``'s ``gaffer`` task (a key, one row through
@@ -11,10 +11,6 @@ transactions PostgreSQL committed for the run (``pg_stat_database.xact_commit`` 
 throwaway database, read after the queued ends are written; the counter is flushed a
 moment after each commit, hence the pause). A plain task that writes its row commits 1;
 the run's start record, its fenced commit and its end record are the rest.
-
-``--cursor``: each round twice, alternating, Gaffer's statements once on libpq's protocol
-directly (``celery_gaffer.store.wire``, the default) and once on psycopg's cursor and
-pipeline (as where the wire cannot be used), with the ratio of the two.
 
 Only 127.0.0.1: a throwaway PostgreSQL database ``gaffer_bench_<random>_cost``, dropped
 at the end. Prints figures only: it has no target (exit 0).
@@ -53,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--cursor", action="store_true", help="alternate with psycopg's cursor")
     args = parser.parse_args(argv)
 
     import task_overhead
@@ -61,9 +56,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import celery_gaffer.store
     from celery_gaffer.runs.endings import end_writer
-    from celery_gaffer.store import wire
-
-    wire_usable = wire.usable
 
     dbname = new_database_name("cost")
     create_database(dbname)
@@ -87,37 +79,20 @@ def main(argv: list[str] | None = None) -> int:
                 n += 1
             end_writer().write_in_order(lambda: None)  # the queued ends are written
 
-        def take(path: str) -> None:
-            wire.usable = wire_usable if path == "wire" else (lambda driver: False)
-
-        paths = ("wire", "cursor") if args.cursor else ("wire",)
-        for path in paths:
-            take(path)
-            deliver(100)
+        deliver(100)
         for r in range(args.rounds):
-            costs = {}
-            for path in paths if r % 2 == 0 else paths[::-1]:
-                take(path)
-                time.sleep(STATS_PAUSE)
-                before = commits(dbname)
-                cpu, wall = time.process_time(), time.perf_counter()
-                deliver(args.runs)
-                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-                time.sleep(STATS_PAUSE)
-                committed = commits(dbname) - before
-                costs[path] = (cpu, wall)
-                print(
-                    f"round {r + 1}, {path}: {args.runs} runs; per run: process CPU "
-                    f"{1e6 * cpu / args.runs:,.0f} µs, wall {1e6 * wall / args.runs:,.0f} µs, "
-                    f"{committed / args.runs:.2f} transactions committed"
-                )
-            if args.cursor:
-                (wire_cpu, wire_wall), (cursor_cpu, cursor_wall) = costs["wire"], costs["cursor"]
-                print(
-                    f"round {r + 1}: wire / cursor: CPU {wire_cpu / cursor_cpu:.2f}x, "
-                    f"wall {wire_wall / cursor_wall:.2f}x"
-                )
-        take("wire")
+            time.sleep(STATS_PAUSE)
+            before = commits(dbname)
+            cpu, wall = time.process_time(), time.perf_counter()
+            deliver(args.runs)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            time.sleep(STATS_PAUSE)
+            committed = commits(dbname) - before
+            print(
+                f"round {r + 1}: {args.runs} runs; per run: process CPU "
+                f"{1e6 * cpu / args.runs:,.0f} µs, wall {1e6 * wall / args.runs:,.0f} µs, "
+                f"{committed / args.runs:.2f} transactions committed"
+            )
         end_writer().close()
     finally:
         drop_database(dbname)

@@ -1,6 +1,6 @@
 """What one process keeps for celery-gaffer, in one place: :func:`runtime`.
 
-Engines and their idle connections, compiled statement plans, session factories, the
+Engines and their idle connections, prebuilt statements, session factories, the
 lease renewer and the run heartbeat are per process: a forked child (Celery's prefork
 pool) must not use its parent's sockets or threads. Each layer keeps its part here,
 made on first use (nothing happens at import), instead of in a module-level cache with

@@ -9,9 +9,8 @@ computed by the same code, and write nothing (the CLI's ``--dry-run``, the web c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -22,8 +21,9 @@ from .beat import triggers
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleExists, ScheduleNotFound
 from .protocol import Health
+from .schedules import watermarks
 from .schedules.changes import ScheduleChanges, new_timing
-from .schedules.kinds import At, Schedule
+from .schedules.kinds import Schedule
 from .schedules.preview import Preview as Preview
 from .schedules.preview import (
     backfill_nominals,
@@ -36,15 +36,8 @@ from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
 from .store.previews import ledger_nominals
-from .store.schedule_bulk import bulk_insert_schedules
-from .store.schedule_rows import (
-    StoredSchedule,
-    Timings,
-    columns,
-    kept_watermark,
-    new_watermark,
-    policy_dict,
-)
+from .store.schedule_bulk import ChunkRows, bulk_insert_schedules
+from .store.schedule_rows import StoredSchedule, Timings, columns, policy_dict
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -128,36 +121,34 @@ class ScheduleStore:
         Each chunk is validated whole before it is written, and written whole or not at
         all. A bad entry raises a GafferError naming its position and field; the chunks
         before it stay written. Returns the number of schedules added.
+
+        ``entries`` is read on the calling thread, one entry at a time, the next chunk's
+        while the current one is written.
         """
         if chunk_size < 1:
             raise InvalidInput("chunk_size: must be at least 1", field="chunk_size")
         known = self._known_tasks()
         iterator = iter(entries)
-        added = 0
         timings = Timings()
-        while chunk := list(islice(iterator, chunk_size)):
+
+        def next_chunk(first: int) -> ChunkRows:
             now = self._clock()
-            new_rows = []
-            for offset, entry in enumerate(chunk):
-                try:
-                    spec = validate_entry(**_entry_arguments(entry), known_tasks=known)
-                except GafferError as exc:
-                    raise type(exc)(
-                        f"entry {added + offset}: {exc} ({added} schedules were added before it)",
-                        field=exc.field,
-                    ) from exc
-                new_rows.append(self._new_row(spec, now, timings=timings))
-            try:
-                with self.database.begin() as conn:
-                    bulk_insert_schedules(conn, self._models, new_rows)
-            except IntegrityError as exc:
-                last = added + len(new_rows) - 1
-                raise ScheduleExists(
-                    f"name: a schedule in entries {added}-{last} already exists or is "
-                    f"repeated; that chunk was not written ({added} were added before it)",
-                    field="name",
-                ) from exc
+            return ChunkRows(
+                iterator,
+                chunk_size,
+                first,
+                lambda entry: self._entry_row(entry, known, now, timings),
+            )
+
+        added = 0
+        current = next_chunk(0)
+        while new_rows := current.validated():
+            following = next_chunk(added + len(new_rows))
+            # The next chunk is read and validated while this one streams to the server;
+            # its errors are raised by ``validated``, once this chunk is written.
+            self._write_chunk(new_rows, added, alongside=following.step)
             added += len(new_rows)
+            current = following
         return added
 
     def update(self, name: str, **changes: Unpack[ScheduleChanges]) -> StoredSchedule:
@@ -183,8 +174,8 @@ class ScheduleStore:
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
-            spec, watermark, _ = self._edited(current, changes, now)
-            values = columns(spec, watermark, now, current.fired_count)
+            spec, start, _ = self._edited(current, changes, now)
+            values = columns(spec, start.watermark_at, now, start.fired_count)
             rows.update_schedule(conn, self._models, name, values)
             return self._get(conn, name)
 
@@ -275,8 +266,8 @@ class ScheduleStore:
         now = self._clock()
         with self.database.read() as conn:
             current = self._require(conn, name)
-        spec, watermark, new = self._edited(current, changes, now)
-        values = columns(spec, watermark, now, current.fired_count)
+        spec, start, new = self._edited(current, changes, now)
+        values = columns(spec, start.watermark_at, now, start.fired_count)
         return update_preview(
             spec.schedule,
             enabled=values["enabled"],
@@ -319,11 +310,36 @@ class ScheduleStore:
         watermark: datetime | None = None,
         timings: Timings | None = None,
     ) -> dict[str, Any]:
-        # A given watermark (an importer's last run) is kept as is.
-        start = new_watermark(spec, now) if watermark is None else watermark
-        row = columns(spec, start, now, timings=timings)
+        start = watermarks.added(spec, now, watermark)
+        row = columns(spec, start.watermark_at, now, start.fired_count, timings)
         row.update(name=spec.name, source=self._source, created_at=now)
         return row
+
+    def _entry_row(
+        self, entry: Any, known: Mapping[str, Any] | None, now: datetime, timings: Timings
+    ) -> dict[str, Any]:
+        """The new row of one of ``add_many``'s entries, validated."""
+        spec = validate_entry(**_entry_arguments(entry), known_tasks=known)
+        return self._new_row(spec, now, timings=timings)
+
+    def _write_chunk(
+        self,
+        new_rows: Sequence[dict[str, Any]],
+        added: int,
+        alongside: Callable[[], None] | None = None,
+    ) -> None:
+        """Write ``add_many``'s validated ``new_rows`` in one transaction (``added``: how
+        many were written before them; ``alongside``: see ``bulk_insert_schedules``)."""
+        try:
+            with self.database.begin() as conn:
+                bulk_insert_schedules(conn, self._models, new_rows, alongside=alongside)
+        except IntegrityError as exc:
+            last = added + len(new_rows) - 1
+            raise ScheduleExists(
+                f"name: a schedule in entries {added}-{last} already exists or is "
+                f"repeated; that chunk was not written ({added} were added before it)",
+                field="name",
+            ) from exc
 
     def _put(
         self,
@@ -343,8 +359,8 @@ class ScheduleStore:
                     "(pass replace=True to overwrite it)",
                     field="name",
                 )
-            start = kept_watermark(existing, spec, now)
-            values = columns(spec, start, now, existing.fired_count)
+            kept = watermarks.kept(existing.standing, spec, now)
+            values = columns(spec, kept.watermark_at, now, kept.fired_count)
             values["source"] = self._source
             rows.update_schedule(conn, self._models, spec.name, values)
         else:
@@ -375,22 +391,24 @@ class ScheduleStore:
         elif current.policy.enabled == enabled:
             return None
         if enabled and current.schedule is not None:
-            # Fires that fell while paused are not missed: start again from now.
-            watermark = max(current.watermark_at, now)
-            window = current.policy.bounds.window(
-                current.schedule, fired=current.fired_count, watermark=watermark
+            start = watermarks.resumed(current.standing, now)
+            next_fire_at = watermarks.first_fire(
+                current.schedule, current.policy.bounds, start.watermark_at, start.fired_count
             )
-            next_fire_at = window.next_after(watermark)
-            values.update(watermark_at=watermark, next_fire_at=next_fire_at, check_at=next_fire_at)
+            values.update(
+                watermark_at=start.watermark_at, next_fire_at=next_fire_at, check_at=next_fire_at
+            )
         else:
+            # Paused: no next fire; the watermark and count stay.
             values.update(next_fire_at=None, check_at=None, health=Health.OK)
         return values
 
     def _edited(
         self, current: StoredSchedule, changes: ScheduleChanges, now: datetime
-    ) -> tuple[ScheduleSpec, datetime, bool]:
-        """What ``update`` writes for ``changes`` to ``current``: the validated spec, the
-        watermark (now, for a new timing) and whether the timing is new."""
+    ) -> tuple[ScheduleSpec, watermarks.Start, bool]:
+        """What ``update`` writes for ``changes`` to ``current``: the validated spec, where
+        its firing resumes from (:func:`~.schedules.watermarks.edited`) and whether the
+        timing is new."""
         name = current.name
         policy = policy_dict(current.policy)
         given = changes.get("gaffer") or {}
@@ -413,11 +431,8 @@ class ScheduleStore:
             options=changes.get("options", current.options),
             gaffer=policy,
         )
-        if timing is None:
-            return spec, kept_watermark(current, spec, now), False
-        if isinstance(timing, At):
-            return spec, new_watermark(spec, now), True
-        return spec, max(current.watermark_at, now), True
+        new = timing is not None
+        return spec, watermarks.edited(current.standing, spec, now, new_timing=new), new
 
     def _recheck(self, current: StoredSchedule) -> ScheduleSpec:
         """``current`` validated again, or InvalidInput saying why it is still in error."""
@@ -453,11 +468,13 @@ class ScheduleStore:
         return self._require(conn, name)
 
 
+_ADD_ARGUMENTS = frozenset({"name", "task", "schedule", "args", "kwargs", "options", "gaffer"})
+
+
 def _entry_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(entry, Mapping):
         raise InvalidInput(f"expected a dict of add() arguments, got {type(entry).__name__}")
-    allowed = {"name", "task", "schedule", "args", "kwargs", "options", "gaffer"}
-    unknown = sorted(set(entry) - allowed)
+    unknown = sorted(entry.keys() - _ADD_ARGUMENTS)
     if unknown:
         raise InvalidInput(f"{unknown[0]}: not an argument of add()", field=unknown[0])
     for required in ("name", "task", "schedule"):

@@ -17,10 +17,11 @@ from sqlalchemy.exc import IntegrityError
 from .clock import Clock
 from .exceptions import GafferError, InvalidInput
 from .protocol import Catchup, Overlap
+from .schedules import watermarks
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database
 from .store import schedules as rows
-from .store.schedule_rows import columns, differs, kept_watermark, new_watermark, stored
+from .store.schedule_rows import columns, differs, stored
 
 logger = logging.getLogger("celery_gaffer.schedules")
 
@@ -93,12 +94,12 @@ def _sync(
                 spec = wanted[name]
                 if current is None:
                     new_row = {"name": name, "source": source, "created_at": now}
-                    new_row.update(columns(spec, new_watermark(spec, now), now))
+                    new_row.update(columns(spec, watermarks.added(spec, now).watermark_at, now))
                     rows.insert_schedules(conn, models, [new_row])
                     continue
-                start = kept_watermark(current, spec, now)
-                values = columns(spec, start, now, current.fired_count)
-                if not current.enabled:
+                start = watermarks.kept(current.standing, spec, now)
+                values = columns(spec, start.watermark_at, now, start.fired_count)
+                if watermarks.stays_paused(current.standing):
                     values.update(enabled=False, next_fire_at=None, check_at=None)
                 if current.error is not None or differs(current, spec):
                     rows.update_schedule(conn, models, name, values)
@@ -109,7 +110,7 @@ def _sync(
                 rows.insert_schedules(conn, models, [new_row])
             else:
                 values["watermark_at"] = current.watermark_at
-                if not current.enabled:  # a paused schedule stays paused
+                if watermarks.stays_paused(current.standing):
                     values.update(enabled=False, next_fire_at=None, check_at=None)
                 rows.update_schedule(conn, models, name, values)
         gone = [

@@ -38,13 +38,9 @@ from .exceptions import (
     one_line,
 )
 from .fencing.batches import BatchReport, run_batches
-from .fencing.context import (
-    RunContext,
-    current_run,
-    new_owner,
-    require_run,
-)
+from .fencing.context import RunContext, current_run, require_run
 from .fencing.leases import Lease
+from .fencing.overlap import Wanted
 from .fencing.sessions import fenced_sessions, run_info
 from .protocol import FireHeaders, KeyState, Overlap, RunState
 from .runs.delivery import Delivery, DeliveryPolicy
@@ -104,18 +100,15 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         # The key and its state, read with the run record at task_prerun (if installed).
         known = delivery.key_state
         task_id = request.id or str(uuid.uuid4())
-        # The overlap lease, when task_prerun's start record took it (see runs.overlap).
-        taken, delivery.taken = delivery.taken, None  # from here on, this run frees it
+        # The overlap lease, from task_prerun's start record to the end record.
+        overlap = delivery.overlap
         run = RunContext(
-            database=database,
-            task_id=task_id,
-            owner=taken.owner if taken is not None else new_owner(request.hostname, task_id),
+            database=database, task_id=task_id, owner=overlap.owner(request.hostname, task_id)
         )
         token = current_run.set(run)
         try:
-            if taken is not None and taken.fence is not None:
-                # Adopted first: whatever happens next, the end of the run frees it.
-                run.adopt(taken.name, taken.fence, taken.ttl)
+            # Adopted first: whatever happens next, the end of the run frees it.
+            overlap.adopt(run)
             run.key = known[0] if known is not None else self.gaffer_delivery_key(args, kwargs)
             if run.key is not None:
                 if known is not None:
@@ -127,19 +120,15 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                     return self._end_without_work(
                         run, RunState.DUPLICATE, f"key {run.key} was completed by an earlier run"
                     )
-            overlap = self.gaffer_overlap_lease()
-            if overlap is not None and not any(lease.name == overlap[0] for lease in run.leases):
-                name, policy = overlap
-                wait = self.gaffer_overlap_wait
+            wanted = Wanted.of(self.gaffer_overlap_lease())
+            if wanted is not None:
                 try:
-                    if taken is not None and taken.name == name and wait <= 0:
-                        raise LeaseHeld(f"lease {name!r} is held by another live holder")
-                    self._take(run, name, steal=policy == Overlap.REPLACE, wait=wait)
+                    overlap.hold(run, wanted, wait=self.gaffer_overlap_wait)
                 except LeaseHeld:
                     return self._end_without_work(
                         run,
                         RunState.SKIPPED,
-                        f"overlap={policy}: lease {name} is held by another live run",
+                        f"overlap={wanted.policy}: lease {wanted.name} is held by another live run",
                     )
             result = super().__call__(*args, **kwargs)
             if run.key is not None and run.key_state is None:
@@ -168,16 +157,8 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             # Kept for the run record written at task_postrun.
             delivery.run_key = run.key
             delivery.run_fence = run.last_fence
-            if (
-                run.leases
-                and delivery.reason is None  # else Flower hears of its end before postrun
-                and records_end(delivery, database)
-                and ends_quietly(self, request)
-            ):
-                # Freed by the statement that records the run's end, a moment from now.
-                delivery.release_at_end = run.close(defer=True)
-            else:
-                run.close()
+            frees = self._end_record_frees(run, request, delivery, database)
+            overlap.end_run(run, end_record_frees=frees)
             current_run.reset(token)
 
     # -- the API a task body uses -------------------------------------------------------
@@ -355,24 +336,20 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             return None
         return f"overlap:task:{self.name}", policy
 
-    def _take(
-        self,
-        run: RunContext,
-        name: str,
-        *,
-        ttl: float | None = None,
-        steal: bool = False,
-        wait: float = 0.0,
-    ) -> Lease:
-        ttl = ttl if ttl is not None else run.database.settings.lease_ttl
-        waited_until = time.monotonic() + max(0.0, float(wait))
-        while True:
-            try:
-                return run.acquire(name, ttl, steal=steal)
-            except LeaseHeld:
-                if time.monotonic() >= waited_until:
-                    raise
-                time.sleep(0.25)
+    def _take(self, run: RunContext, name: str, *, ttl: float | None = None) -> Lease:
+        return run.acquire(name, ttl if ttl is not None else run.database.settings.lease_ttl)
+
+    def _end_record_frees(
+        self, run: RunContext, request: Any, delivery: Delivery, database: Database
+    ) -> bool:
+        """Whether the statement that records the run's end (a moment from now) may free
+        the leases the run still holds, rather than the run itself, now."""
+        return (
+            bool(run.leases)  # else nothing to free: spare the questions below
+            and delivery.reason is None  # else Flower hears of its end before postrun
+            and records_end(delivery, database)
+            and ends_quietly(self, request)
+        )
 
     def _retry_transient(self, exc: Exception) -> Any:
         # The database restarted or failed over: try the whole run again later. The key

@@ -3,16 +3,19 @@
 Layers, lowest first; a module may import its own layer and the layers below it:
 
 0. core: ``exceptions``, ``clock``, ``settings``, ``protocol``, ``signals``, ``runtime``,
-   ``outbound``, ``text``
+   ``outbound``, ``text``, ``readable``
 1. ``schedules`` (pure: no I/O)
 2. ``store`` (the only package that builds SQL)
 3. ``fencing``, ``runs``, ``beat`` (``runs`` may use ``fencing``; nothing else crosses)
 4. adapters: ``task``, ``scheduler``, ``schedule_store``, ``schedule_sync``, ``cli``,
-   ``wiring``, ``__init__``
+   ``web``, ``importers``, ``wiring``, ``__init__``. The console (``web``) never imports
+   the command line (``cli``): what both need lives in a lower layer (``readable``,
+   ``schedules.display``). The command line may import the console, to serve it.
 
-Three rules: no import against the layering, no import cycle between modules, and no
-SQL built outside ``store`` (only driver-neutral names may be imported from SQLAlchemy
-elsewhere: connections, sessions, events and exceptions; no ``table.c.column``).
+Three rules: no import against the layering (nor across a barrier between adapters), no
+import cycle between modules, and no SQL built outside ``store`` (only driver-neutral
+names may be imported from SQLAlchemy elsewhere: connections, sessions, events and
+exceptions; no ``table.c.column``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-CORE = {"exceptions", "clock", "settings", "protocol", "signals", "runtime", "outbound", "text"}
+CORE = {
+    "exceptions",
+    "clock",
+    "settings",
+    "protocol",
+    "signals",
+    "runtime",
+    "outbound",
+    "text",
+    "readable",
+}
 MIDDLE = {"fencing", "runs", "beat"}
 ADAPTERS = {
     "task",
@@ -37,6 +50,8 @@ ADAPTERS = {
 }
 #: Allowed imports between middle-layer packages: (importer, imported).
 MIDDLE_CROSSINGS = {("runs", "fencing")}
+#: Forbidden imports between adapters of the same layer: (importer, imported).
+ADAPTER_BARRIERS = {("web", "cli")}
 
 #: What code outside ``store`` may import from SQLAlchemy: nothing that builds a statement.
 SQLALCHEMY_ALLOWED = {
@@ -144,7 +159,7 @@ def check(root: Path, package: str = "celery_gaffer") -> list[Violation]:
                     their_layer == layer == 3
                     and group != their_group
                     and (group, their_group) not in MIDDLE_CROSSINGS
-                )
+                ) or (group, their_group) in ADAPTER_BARRIERS
                 if their_layer > layer or crossing:
                     violations.append(
                         Violation(name, line, "layering", f"{group} imports {inside or package}")

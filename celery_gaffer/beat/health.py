@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ..exceptions import one_line
-from ..protocol import STORED_HEALTH, RunState
+from ..protocol import STORED_HEALTH
 from ..protocol import Health as State
 from ..schedules.bounds import Bounds, Window
 from ..schedules.kinds import Schedule, schedule_from_dict
@@ -31,8 +31,6 @@ from ..settings import GafferSettings
 from ..signals import job_failing, job_late, job_recovered
 from ..store import alerts, schedule_health
 from ..store import fires as ledger
-from ..store import runs as run_rows
-from ..store import schedules as schedule_rows
 from ..store.database import Database
 from ..store.models import Models
 from ..store.schedule_rows import decode_json
@@ -214,22 +212,6 @@ def check_due_within(
         results += checked
         if len(checked) < size or time.monotonic() - started > budget:
             return results
-
-
-def sweep_lost(
-    conn: Connection, models: Models, stale_after: float
-) -> list[tuple[str, str | None]]:
-    """Mark ``running`` rows whose heartbeat stopped ``stale_after`` seconds ago ``lost``,
-    count each against its schedule, and reopen their fires for delivery confirmation;
-    ``(run id, schedule)`` of each."""
-    stale = run_rows.mark_stale_lost(conn, models, stale_after)
-    for _, schedule, _ in stale:
-        if schedule:
-            schedule_rows.update_schedule_facts(conn, models, schedule, RunState.LOST, None)
-    # With delivery confirmation on, a fire whose run was lost is checked again: if its
-    # message went down with the worker and the broker, it is published again.
-    ledger.reopen_now(conn, models, [task_id for _, _, task_id in stale])
-    return [(str(run_id), schedule) for run_id, schedule, _ in stale]
 
 
 def _iso(moment: datetime | None) -> str | None:

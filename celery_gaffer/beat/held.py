@@ -11,7 +11,7 @@ If this Beat dies holding fires, any Beat publishes them once their ``publish_af
 passes (their idempotency key makes a repeat harmless). A Beat that stops cleanly gives
 them back (:func:`~celery_gaffer.store.fires.unclaim`).
 
-A running Beat sends them from a thread of its own (:class:`Sender`), so that a tick
+A running Beat sends them from a thread of its own (:mod:`.held_sender`), so that a tick
 busy deciding the next second's fires cannot make this second's late. Every method of
 :class:`HeldSends` is safe to call from both threads.
 """
@@ -20,20 +20,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from ..clock import Clock
-from ..exceptions import one_line
 from ..store.fires import Fire
 from ..store.schedules import Payload
-
-logger = logging.getLogger("celery_gaffer.scheduler")
 
 #: How far ahead of its send time a jittered fire is claimed and held.
 HOLD_AHEAD = timedelta(seconds=1)
@@ -49,10 +43,6 @@ MARK_EVERY = 0.2
 MARK_BATCH = 250
 #: A send this close behind the last one lets its marking wait (and share a transaction).
 FOLLOWS_CLOSELY = timedelta(milliseconds=50)
-#: Longest the sender thread sleeps without looking again (a clock stepped forward).
-SENDER_NAP = 0.5
-#: How long the sender waits after a failed round (the database or broker down).
-SENDER_BACKOFF = 1.0
 
 
 @dataclass(order=True, slots=True)
@@ -62,6 +52,38 @@ class _Held:
     fire: Fire = field(compare=False)
     payload: Payload = field(compare=False)
     claimed_until: datetime = field(compare=False)
+
+
+class Guard:
+    """A reentrant lock with its condition, that knows whether this thread holds it.
+
+    Used as ``with guard:``, with :meth:`wait` and :meth:`notify_all` as a
+    :class:`threading.Condition`'s. :meth:`held_here` errs towards True: it says so from
+    just before the lock is taken until just after it is given back.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.RLock())
+        self._depth = threading.local()
+
+    def __enter__(self) -> Guard:
+        self._depth.count = getattr(self._depth, "count", 0) + 1
+        self._condition.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._condition.release()
+        self._depth.count -= 1
+
+    def wait(self, timeout: float) -> bool:
+        return self._condition.wait(timeout)
+
+    def notify_all(self) -> None:
+        self._condition.notify_all()
+
+    def held_here(self) -> bool:
+        """Whether this thread holds the lock (or is about to take or give it back)."""
+        return getattr(self._depth, "count", 0) > 0
 
 
 class HeldSends:
@@ -76,7 +98,7 @@ class HeldSends:
         self._unmarked_count = 0
         self._unmarked_since = 0.0  # monotonic time of the oldest unmarked send
         #: Guards all of the above; notified when an earlier send is held, or on stop.
-        self.changed = threading.Condition(threading.RLock())
+        self.changed = Guard()
 
     def __len__(self) -> int:
         with self.changed:
@@ -182,95 +204,3 @@ class HeldSends:
             claims = [(held.fire.id, held.send_at, held.claimed_until) for held in self._heap]
             self._heap.clear()
             return claims
-
-
-class Sender:
-    """A thread that runs ``send_held`` whenever a held fire's send time comes, so that
-    held fires go out on time while the tick does database work (and marks them).
-
-    ``send_held(producer)`` is the tick's (publish through ``producer()``, no marking).
-    The thread takes its producer with ``acquire()`` on first use and releases it when
-    it ends. A failed round is logged in one line and tried again after
-    :data:`SENDER_BACKOFF` (the fires it took stay pending and claimed; any Beat
-    republishes them once their claim runs out). If the thread ends anyway,
-    :attr:`alive` says so, and the tick sends the held fires itself.
-    """
-
-    def __init__(
-        self,
-        held: HeldSends,
-        clock: Clock,
-        send_held: Callable[[Callable[[], Any]], None],
-        acquire: Callable[[], Any],
-        name: str = "gaffer-held-sends",
-    ) -> None:
-        self._held = held
-        self._clock = clock
-        self._send_held = send_held
-        self._acquire = acquire
-        self._producer: Any = None
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> bool:
-        """Stop after the round under way (waits at most ``timeout`` seconds for it);
-        False: the round is still under way (a broker that does not answer).
-
-        Celery's Beat closes its scheduler from its SIGTERM handler, which may have
-        interrupted this thread's tick inside a :class:`HeldSends` method: the lock is
-        then ours, the sender cannot wake until that method returns, and waiting for
-        it would only take ``timeout``. It stops as soon as the lock is free.
-        """
-        with self._held.changed:
-            self._stopping.set()
-            self._held.changed.notify_all()
-        if self._thread is threading.current_thread() or self._lock_is_ours():
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def _lock_is_ours(self) -> bool:
-        is_owned = getattr(self._held.changed, "_is_owned", None)  # CPython's Condition
-        return bool(is_owned()) if is_owned is not None else False
-
-    def _producer_now(self) -> Any:
-        if self._producer is None:
-            self._producer = self._acquire()
-        return self._producer
-
-    def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                self._round()
-        finally:
-            producer, self._producer = self._producer, None
-            if producer is not None:
-                producer.release()
-
-    def _round(self) -> None:
-        try:
-            with self._held.changed:  # reentrant: held while wait_in looks
-                wait = self._held.wait_in(self._clock(), marks=False)
-                if wait is None or wait > 0:
-                    self._held.changed.wait(SENDER_NAP if wait is None else min(wait, SENDER_NAP))
-                if self._stopping.is_set():
-                    return
-            self._send_held(self._producer_now)
-        except Exception as exc:  # noqa: BLE001 - a thread must not die of one round
-            logger.error(
-                "could not send held fires (%s); trying again in %.0f s (any Beat "
-                "republishes them once their claim runs out)",
-                one_line(exc),
-                SENDER_BACKOFF,
-                extra={"action": "held_send_failed"},
-            )
-            with self._held.changed:
-                if not self._stopping.is_set():
-                    self._held.changed.wait(SENDER_BACKOFF)

@@ -8,6 +8,7 @@ minus nominal) and run duration. Uses its own registry, never the global one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import Connection
 
 from ..protocol import Health as State
 from ..store import runs as run_rows
+from ..store.fires import Fire
 from ..store.models import Models
 from .health import Health
 
@@ -76,6 +78,11 @@ class Metrics:
             self.last_success.labels(name).set(health.last_success_at.timestamp())
         self.failures.labels(name).set(health.consecutive_failures)
         self.late.labels(name).set(1 if health.state == State.LATE else 0)
+
+    def observe_sent(self, fires: Iterable[Fire], now: datetime) -> None:
+        """Fire lag of fires sent at ``now``."""
+        for fire in fires:
+            self.fire_lag.observe(max(0.0, (now - fire.nominal_at).total_seconds()))
 
     def observe_runs(self, conn: Connection, models: Models, now: datetime) -> None:
         """Count runs that reached a final state since the last call."""

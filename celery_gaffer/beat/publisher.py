@@ -1,25 +1,26 @@
-"""Publishing fires to the broker, after the ledger transaction has committed."""
+"""Publishing fires to the broker: the one module that talks to it.
+
+:func:`send` publishes fires with their deterministic task ids and says which reached
+the broker and which payloads it refused; it writes nothing to the database (marking
+the sent fires is the caller's: :mod:`.marking`).
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError as BrokerError
 
-from ..clock import Clock
 from ..exceptions import one_line
 from ..protocol import FireHeaders, Overlap, format_nominal
 from ..schedules.codecs import codec_problem
-from ..store import Database
-from ..store.fires import Fire, mark_sent
+from ..store.fires import Fire
 from ..store.schedules import Payload
 
 logger = logging.getLogger("celery_gaffer.publisher")
@@ -27,9 +28,11 @@ logger = logging.getLogger("celery_gaffer.publisher")
 # Fires sent per broker batch (kombu's ``Producer.batch``): one round trip each on Redis,
 # and the most whose delivery one failed flush leaves uncertain.
 PUBLISH_BATCH = 250
-# Broker operations a batch may buffer before kombu flushes it early (a queue with
-# ``x-expires`` adds operations per message); above any batch this module makes.
-BATCH_OPERATIONS = 10_000
+# Broker operations kombu may buffer in one publish batch before it flushes early: more
+# than any batch of PUBLISH_BATCH messages takes (a queue with ``x-expires`` adds one
+# operation per priority step to each message, and there are at most 256 steps), so each
+# batch is flushed once, at its end; the first one only after its commit is known.
+BATCH_OPERATIONS = PUBLISH_BATCH * 300
 
 
 def fire_headers(fire: Fire, payload: Payload) -> dict[str, Any]:
@@ -67,33 +70,11 @@ BROKER_ERRORS = (BrokerError, ConnectionError, TimeoutError, OSError)
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """What :func:`publish` did: the fires sent, and the schedules whose payload could
-    not be sent at all, with the reason (not a broker error: sending again cannot help)."""
+    """What :func:`send` did: the fires sent, and the schedules whose payload could not
+    be sent at all, with the reason (not a broker error: sending again cannot help)."""
 
     sent: list[Fire] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
-
-
-def publish(
-    app: Any,
-    database: Database,
-    fires: Sequence[Fire],
-    payloads: dict[str, Payload],
-    producer: Any,
-    clock: Clock,
-) -> Published:
-    """Send each fire with its deterministic task id, then mark the sent ones ``sent``.
-
-    Sends go through one producer, in kombu's publish batches where the transport has
-    them (Redis: one pipeline round trip per :data:`PUBLISH_BATCH` messages). A fire
-    whose send fails, or whose batch's flush fails (its delivery is then uncertain),
-    stays ``pending`` and is published again by any Beat after
-    ``gaffer_republish_after``; the ledger records the repeat as a republish and the
-    task's idempotency key makes it harmless.
-    """
-    outcome = send(app, fires, payloads, producer)
-    mark(database, outcome.sent, clock)
-    return outcome
 
 
 def send(
@@ -101,25 +82,34 @@ def send(
     fires: Sequence[Fire],
     payloads: dict[str, Payload],
     producer: Any,
-    committed: Callable[[], None] | None = None,
+    *,
+    wait_for_commit: Callable[[], None] | None = None,
 ) -> Published:
-    """:func:`publish` without marking the sent fires (the caller does, with :func:`mark`).
+    """Send each fire with its deterministic task id through ``producer``.
 
-    ``committed``: waits for the commit of the transaction that recorded ``fires`` (and
-    raises if it failed). It is called before any message can reach the broker: after
-    the first batch's messages are built, before kombu flushes them (an error discards
-    them, and is raised); first, where the producer would publish each message at once.
+    Sends go in kombu's publish batches where the transport has them (Redis: one round
+    trip per :data:`PUBLISH_BATCH` messages). A fire whose send fails, or whose batch's
+    flush fails (its delivery is then uncertain), is not in :attr:`Published.sent`: it
+    stays ``pending`` and is published again by any Beat after
+    ``gaffer_republish_after``; the ledger records the repeat as a republish and the
+    task's idempotency key makes it harmless.
+
+    ``wait_for_commit``: waits for the commit of the transaction that recorded
+    ``fires`` (and raises if it failed). It is called once, before any message can reach
+    the broker: after the first batch's messages are built, before that batch is
+    flushed (if it raises, the batch is discarded and the error raised); first, where
+    the producer would publish each message at once.
     """
     outcome = Published()
     defaults = message_defaults(app)
     for start in range(0, len(fires), PUBLISH_BATCH):
         part = fires[start : start + PUBLISH_BATCH]
         outcome.sent.extend(
-            _send_batch(app, part, payloads, producer, outcome.refused, defaults, committed)
+            _send_batch(app, part, payloads, producer, outcome.refused, defaults, wait_for_commit)
         )
-        committed = None
-    if committed is not None:
-        committed()
+        wait_for_commit = None
+    if wait_for_commit is not None:
+        wait_for_commit()
     return outcome
 
 
@@ -157,22 +147,6 @@ def message_defaults(app: Any) -> Callable[[Payload], dict[str, Any]]:
     return defaults
 
 
-def mark(database: Database, sent: Sequence[Fire], clock: Clock) -> None:
-    """Mark fires just sent ``sent`` (with delivery confirmation, due to be confirmed
-    from now)."""
-    if sent:
-        mark_groups(database, [(clock(), sent)])
-
-
-def mark_groups(database: Database, groups: Sequence[tuple[datetime, Sequence[Fire]]]) -> None:
-    """Mark fires ``sent`` in one transaction, each group at the time it was sent."""
-    confirm_after = database.settings.confirm_delivery_after
-    with database.begin() as conn:
-        for at, fires in groups:
-            confirm_at = None if confirm_after is None else at + timedelta(seconds=confirm_after)
-            mark_sent(conn, database.models, (fire.id for fire in fires), at, confirm_at)
-
-
 def _send_batch(
     app: Any,
     fires: Sequence[Fire],
@@ -180,21 +154,18 @@ def _send_batch(
     producer: Any,
     refused: dict[str, str],
     defaults: Callable[[Payload], dict[str, Any]],
-    committed: Callable[[], None] | None = None,
+    wait_for_commit: Callable[[], None] | None = None,
 ) -> list[Fire]:
     """Send ``fires``; return those that reached the broker (as far as it said).
-    ``committed``: see :func:`send`."""
+    ``wait_for_commit``: see :func:`send`."""
     batch = getattr(producer, "batch", None)  # kombu >= 5.7
-    if committed is not None and (batch is None or not _buffers(producer)):
-        committed()  # each message would go out as it is sent
-        committed = None
+    if wait_for_commit is not None and (batch is None or not _buffers(producer)):
+        wait_for_commit()  # each message would go out as it is sent
+        wait_for_commit = None
     sent: list[Fire] = []
-    # Before the commit is known nothing may be flushed: no early flush, however many
-    # operations the batch's messages take.
-    limit = BATCH_OPERATIONS if committed is None else sys.maxsize
     try:
         with (
-            batch(max_size=limit) if batch is not None else nullcontext(),
+            batch(max_size=BATCH_OPERATIONS) if batch is not None else nullcontext(),
             declared_once(producer),
         ):
             for fire in fires:
@@ -205,11 +176,11 @@ def _send_batch(
                     sent.append(fire)
                 elif problem:
                     refused[fire.schedule] = problem
-            if committed is not None:
-                committed()  # raising, the batch is discarded: nothing reaches the broker
-                committed = None
+            if wait_for_commit is not None:
+                wait_for_commit()  # raising, the batch is discarded: nothing reaches the broker
+                wait_for_commit = None
     except Exception as exc:  # the flush failed: every send is uncertain
-        if committed is not None:
+        if wait_for_commit is not None:
             raise  # not flushed: the fires' own transaction failed (or the wait for it)
         # kombu's BatchPublishError says only that a flush failed; the cause says why.
         cause = exc.__cause__

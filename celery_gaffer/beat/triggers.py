@@ -18,7 +18,7 @@ from ..schedules.preview import backfill_nominals
 from ..store import Database
 from ..store.fires import Fire, NewFire, insert_fires
 from ..store.schedules import load_payloads
-from .publisher import publish
+from .marking import publish
 
 # A manual fire's nominal time is the second it was asked for; if a fire of that
 # schedule already has that second, the next free one is taken (at most this many).

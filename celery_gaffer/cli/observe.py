@@ -12,6 +12,7 @@ import click
 from ..beat.survey import LAST_SUCCESS_AT, NAME, SCHEDULE, states
 from ..clock import utcnow
 from ..exceptions import GafferError
+from ..readable import run_reason
 from ..schedules.cron_engine import load_zone
 from ..schedules.kinds import Cron, schedule_from_dict
 from ..store import database_for
@@ -151,15 +152,6 @@ def runs(
             )
         cells.append((*cell, row["reason"]))
     table((*header, "REASON"), cells, last_wide=True)
-
-
-def run_reason(row: dict[str, Any]) -> str:
-    """``error_type: error_message``, or the message alone (why a run was skipped,
-    duplicate, fence_lost, missed or lost), on one line; "" when there is neither."""
-    message = " ".join((row["error_message"] or "").split())
-    if row["error_type"]:
-        return f"{row['error_type']}: {message}" if message else str(row["error_type"])
-    return message
 
 
 def _zone_name(definition: str | None) -> str:

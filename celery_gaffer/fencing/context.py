@@ -60,8 +60,7 @@ class RunContext:
         return self._hold(client.acquire(name, self.owner, ttl, steal=steal))
 
     def adopt(self, name: str, fence: int, ttl: float) -> Lease:
-        """Hold a lease acquired for this run by its start record (see
-        :mod:`celery_gaffer.runs.overlap`)."""
+        """Hold a lease acquired for this run by its start record (see :mod:`.overlap`)."""
         return self._hold(LeaseClient(self.database).held(name, fence, ttl, self.owner))
 
     def _hold(self, lease: Lease) -> Lease:
@@ -117,11 +116,10 @@ class RunContext:
             if lease.lost:
                 raise FenceLost(f"lease {lease.name!r}: renewal failed; the lease was taken over")
 
-    def plan_seal(self, claim: str | None, *, fuse: bool) -> SealPlan:
+    def plan_seal(self, claim: str | None) -> SealPlan:
         """What sealing a commit with ``claim`` checks and claims (``claim``: "complete",
-        "claim" for a resumable batch, or None; ``fuse``: the newest lease's check and
-        the key claim in one statement, PostgreSQL). Raises FenceLost when a renewal
-        already found a lease taken over."""
+        "claim" for a resumable batch, or None). Raises FenceLost when a renewal already
+        found a lease taken over."""
         self.check_renewals()
         claims = self.key is not None and not (
             claim is None
@@ -129,26 +127,15 @@ class RunContext:
             or (claim == "claim" and self.key_state == KeyState.CLAIMED)
         )
         key = self.key if claims else None
-        complete = claim == "complete"
-        if key is not None and fuse and self.leases:
-            *checked, fused = self.leases
-            return SealPlan(tuple(checked), fused, key, self.task_id, self.token, complete)
-        return SealPlan(tuple(self.leases), None, key, self.task_id, self.token, complete)
+        return SealPlan(tuple(self.leases), key, self.task_id, self.token, claim == "complete")
 
     def seal(self, conn: Connection, claim: str | None) -> bool:
         """Fence-check every held lease and claim the key, in ``conn``'s transaction.
 
         Returns True when this call claimed or completed the key.
         """
-        plan = self.plan_seal(claim, fuse=conn.dialect.name == "postgresql")
+        plan = self.plan_seal(claim)
         plan.execute(conn, self.database.models)
-        return plan.claims
-
-    def commit_sealed(self, conn: Connection, claim: str | None) -> bool:
-        """:meth:`seal` and COMMIT ``conn``'s transaction in one round trip (PostgreSQL
-        with psycopg). Returns True when the commit claimed or completed the key."""
-        plan = self.plan_seal(claim, fuse=True)
-        plan.commit(conn, self.database.models)
         return plan.claims
 
     def sealed(self, claim: str | None) -> None:

@@ -3,30 +3,21 @@
 Celery hands the run (``GafferTask.__call__``) and the receivers (``task_prerun`` ...
 ``task_postrun``) the same request object. A :class:`Delivery` is stored on it once, under
 one attribute, and carries everything they tell each other: the run record's id, the
-key's state read with it, the overlap lease its start record took, the leases the run
-leaves for its end record to free, and how the run ended.
+key's state read with it, its overlap lease (:mod:`celery_gaffer.fencing.overlap`: taken
+by its start record, left held by the run for its end record) and how the run ended.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..fencing.leases import Lease
+from ..fencing.overlap import OverlapLease
 from ..protocol import FireHeaders
 
 #: The request attribute that holds the :class:`Delivery`.
 ATTRIBUTE = "gaffer_delivery"
-
-
-class Taken(NamedTuple):
-    """The overlap lease the start record tried to take (``fence`` None: held by another)."""
-
-    name: str
-    fence: int | None
-    owner: str
-    ttl: float
 
 
 @dataclass(eq=False, slots=True)
@@ -40,10 +31,8 @@ class Delivery:
     row_id: int | None = None
     #: ``(key, state)`` of a GafferTask run's key, read with the start record.
     key_state: tuple[str, str | None] | None = None
-    #: The overlap lease the start record took; the run adopts it (then sets None).
-    taken: Taken | None = None
-    #: Leases the run left held for the end record to free.
-    release_at_end: list[Lease] = field(default_factory=list)
+    #: The run's overlap lease, from its start record to its end record.
+    overlap: OverlapLease = field(default_factory=OverlapLease)
     #: A Gaffer outcome that overrides Celery's state (``duplicate``, ``skipped``...).
     outcome: str | None = None
     #: Why a run ended without doing its work (``duplicate``, ``skipped``): for its record.

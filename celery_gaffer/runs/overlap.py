@@ -1,54 +1,48 @@
-"""A run's overlap lease, taken with its start record and freed with its end record.
+"""The run records' side of a run's overlap lease: which lease a start record takes,
+and when Celery lets the end record free it.
 
-A GafferTask run with an overlap policy (``forbid`` or ``replace``) holds the lease
-``overlap:...`` for its whole run. On PostgreSQL the statement that records the run's
-start also acquires that lease (a data-modifying CTE), and the statement that records
-its end also frees it: the lease costs the run no round trip of its own. Both run on
-the lease engine (``lock_timeout``, commits that do not wait for the disk; see
-:mod:`celery_gaffer.fencing.leases`).
-
-The receivers in :mod:`.recorder` call these; :class:`~celery_gaffer.GafferTask`
-adopts the lease taken at ``task_prerun`` and leaves it held at the end of the run when
-``task_postrun`` will free it; the :class:`~.delivery.Delivery` carries it between
-them. When the start record could not take it (a lock timeout, an error, SQLite), the
-run acquires and releases the lease itself.
+The lease itself (taken with the start record, adopted by the run, left for the end
+record or released, freed by it) is :mod:`celery_gaffer.fencing.overlap`'s; its state
+travels on the :class:`~.delivery.Delivery` (``delivery.overlap``). The receivers in
+:mod:`.recorder` call the functions here; :class:`~celery_gaffer.GafferTask` asks
+:func:`ends_quietly` whether its end record may free what the run leaves held.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery import signals
 from celery.app.trace import task_has_custom
 from celery.backends.base import DisabledBackend
-from sqlalchemy import Connection
-from sqlalchemy.exc import OperationalError
 
-from ..exceptions import GafferError, one_line
-from ..fencing.context import new_owner
-from ..fencing.leases import Lease, LeaseClient
-from ..protocol import Overlap
-from ..store import Database, fastpath
-from ..store.database import is_lock_timeout
-from ..store.runs import finish_statement, start_statement
-from .delivery import Delivery, DeliveryPolicy, Taken
+from ..exceptions import GafferError
+from ..fencing.leases import Lease
+from ..fencing.overlap import Wanted, record_end, release_quietly, start_can_take
+from ..store import Database
+from ..store.runs import start_statement
+from .delivery import Delivery, DeliveryPolicy
 
-logger = logging.getLogger("celery_gaffer.runs")
+__all__ = [
+    "ends_quietly",
+    "has_success_handlers",
+    "left_held",
+    "overlap_to_take",
+    "record_end",
+    "release_quietly",
+    "start_taking",
+    "stores_result",
+]
 
 
-def overlap_to_take(task: Any, database: Database) -> tuple[str, bool] | None:
-    """``(lease name, steal)`` of ``task``'s overlap lease, when its start record can take it."""
-    if not isinstance(task, DeliveryPolicy) or database.dialect != "postgresql":
+def overlap_to_take(task: Any, database: Database) -> Wanted | None:
+    """``task``'s overlap lease, when its start record can take it."""
+    if not isinstance(task, DeliveryPolicy) or not start_can_take(database):
         return None
     try:
-        overlap = task.gaffer_overlap_lease()
+        return Wanted.of(task.gaffer_overlap_lease())
     except GafferError:
         return None  # the run itself reports a bad policy, with its field
-    if overlap is None:
-        return None
-    name, policy = overlap
-    return name, policy == Overlap.REPLACE
 
 
 def start_taking(
@@ -56,7 +50,7 @@ def start_taking(
     params: dict[str, Any],
     *,
     with_key_state: bool,
-    overlap: tuple[str, bool],
+    overlap: Wanted,
     delivery: Delivery,
     hostname: str | None,
     counted: bool = True,
@@ -64,27 +58,16 @@ def start_taking(
     """Record the run's start and take its overlap lease in one statement; the row
     (``counted``: as :func:`~celery_gaffer.store.runs.start_statement` takes it).
 
-    Sets ``delivery.taken``. On a lock timeout (a holder is committing on the
-    lease row right now) records the start alone and leaves the lease to the run.
+    On a lock timeout (a holder is committing on the lease row right now) records the
+    start alone and leaves the lease to the run.
     """
-    name, steal = overlap
-    owner = new_owner(hostname, params["task_id"])
-    ttl = float(database.settings.lease_ttl)
-    statement = start_statement(
-        database.models, with_key_state=with_key_state, acquire=steal, counted=counted
+    row = delivery.overlap.take_with_start(
+        database, overlap, params, with_key_state=with_key_state, counted=counted, hostname=hostname
     )
-    try:
-        with database.leases() as conn:
-            taking = {**params, "name": name, "owner": owner, "ttl": ttl}
-            row = fastpath.execute(conn, statement, taking).one()
-    except OperationalError as exc:
-        if not is_lock_timeout(exc):
-            raise
+    if row is None:
         plain = start_statement(database.models, with_key_state=with_key_state, counted=counted)
         with database.autocommit(relaxed=True) as conn:
-            return fastpath.execute(conn, plain, params).one()
-    fence = row[-1]
-    delivery.taken = Taken(name, None if fence is None else int(fence), owner, ttl)
+            row = conn.execute(plain, params).one()
     return row
 
 
@@ -122,44 +105,6 @@ def has_success_handlers(task: Any, more: tuple[str, ...] = ()) -> bool:
 
 
 def left_held(delivery: Delivery, database: Database) -> list[Lease]:
-    """The leases task_postrun frees with the run's end record: those the run left held,
-    and a lease the start record took for a run whose ``__call__`` never ran (a
-    ``before_start`` that raised, say)."""
-    held, delivery.release_at_end = delivery.release_at_end, []
-    taken, delivery.taken = delivery.taken, None
-    if taken is not None and taken.fence is not None:
-        client = LeaseClient(database)
-        held.append(client.held(taken.name, taken.fence, taken.ttl, taken.owner))
-    return held
-
-
-def record_end(
-    conn: Connection, database: Database, values: dict[str, Any], row_id: Any, held: list[Lease]
-) -> list[Lease]:
-    """Record the run's end (``values``), freeing ``held[0]`` in the same statement; the
-    leases still to free (the others, and the first when its row was locked right then)."""
-    params = {"b_" + name: value for name, value in values.items()}
-    params["b_row_id"] = row_id
-    if not held:
-        fastpath.execute(conn, finish_statement(database.models, values), params)
-        return []
-    lease, *others = held
-    statement = finish_statement(database.models, values, release=True)
-    params.update(l_name=lease.name, l_fence=lease.token, l_owner=lease.owner)
-    freed = fastpath.execute(conn, statement, params).scalar()
-    return others if freed else held
-
-
-def release_quietly(leases: list[Lease]) -> None:
-    """Free ``leases`` the waiting way, logging failures (their TTL frees them anyway)."""
-    for lease in leases:
-        try:
-            lease.client.release(lease)
-        except Exception as exc:  # noqa: BLE001 - its TTL frees it anyway
-            logger.warning(
-                "could not release lease %s (fence %d); it expires with its TTL: %s",
-                lease.name,
-                lease.token,
-                one_line(exc),
-                extra={"action": "lease_release_failed", "lease": lease.name},
-            )
+    """The leases task_postrun frees with the run's end record (see
+    :meth:`~celery_gaffer.fencing.overlap.OverlapLease.left_for_end`)."""
+    return delivery.overlap.left_for_end(database)

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from ..exceptions import DatabaseUnavailable
 from ..fencing.leases import Lease
 from ..protocol import ERROR_LENGTH, FireHeaders, RunState
-from ..store import Database, database_for, fastpath
+from ..store import Database, database_for
 from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
@@ -184,7 +184,7 @@ class Recorder:
                     database.models, with_key_state=key is not None, counted=counted
                 )
                 with database.autocommit(relaxed=True) as conn:
-                    return fastpath.execute(conn, statement, params).one()
+                    return conn.execute(statement, params).one()
 
             row = once_more_if_stale(record_start)
             if key is not None:

@@ -109,6 +109,7 @@ class GafferSchedule(BaseSchedule):  # type: ignore[misc]  # celery ships no typ
     """
 
     _jitter: float
+    _identity_items: tuple[tuple[str, Any], ...]
 
     @property
     def jitter(self) -> float:
@@ -234,11 +235,20 @@ class GafferSchedule(BaseSchedule):  # type: ignore[misc]  # celery ships no typ
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, GafferSchedule):
-            return self.to_dict() == other.to_dict()
+            return self._identity() == other._identity()
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self.to_dict().items())))
+        return hash(self._identity())
+
+    def _identity(self) -> tuple[tuple[str, Any], ...]:
+        """``to_dict()`` as sorted items, made once: a schedule never changes, and a bulk
+        load hashes the few shared ones once an entry."""
+        try:
+            return self._identity_items
+        except AttributeError:
+            items = self._identity_items = tuple(sorted(self.to_dict().items()))
+            return items
 
 
 def _state(is_due: bool, next_seconds: float) -> tuple[bool, float]:

@@ -115,6 +115,10 @@ class Policy:
     ping_url: str | None = None
 
 
+# The policy of an entry without ``gaffer`` options (one immutable value for them all).
+_DEFAULT_POLICY = Policy()
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleSpec:
     """A validated schedule entry, ready to be written."""
@@ -126,11 +130,20 @@ class ScheduleSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     policy: Policy = field(default_factory=Policy)
+    #: The JSON text of ``args``, ``kwargs`` and ``options`` where validating them made
+    #: it (``json.dumps`` of the value kept), else None: a bulk load writes it as it is.
+    json_texts: tuple[str | None, str | None, str | None] = field(
+        default=(None, None, None), compare=False, repr=False
+    )
 
 
 def printable_text(value: str, field_name: str) -> str:
     """``value`` if it holds no control, format or separator character (NUL, newline...)
     and encodes as UTF-8; else InvalidInput naming the field and the character."""
+    if value.isprintable():
+        # Every character of the forbidden categories is non-printable: the usual name
+        # needs no walk through the Unicode database.
+        return value
     for char in value:
         if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
             raise InvalidInput(
@@ -216,15 +229,23 @@ def validate_task(task: Any, known_tasks: Mapping[str, Any] | None) -> str:
 
 # Values that read back from JSON as themselves (floats may not: -0.0, 1e400).
 _PLAIN = frozenset({str, int, bool, type(None)})
+# json.dumps(value, allow_nan=False), without building an encoder for every value.
+_JSON_ENCODER = json.JSONEncoder(allow_nan=False)
 
 
 def json_value(value: Any, field_name: str) -> Any:
     """``value`` as it will read back from the database, or InvalidInput naming the field."""
+    return json_text(value, field_name)[0]
+
+
+def json_text(value: Any, field_name: str) -> tuple[Any, str | None]:
+    """:func:`json_value`, and the JSON text of what it returns when checking it made
+    exactly that text (else None)."""
     kind = type(value)
     if kind in (list, dict) and not value:
-        return kind()
+        return kind(), None
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = _JSON_ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:  # also an int of 4,300+ digits
         raise InvalidInput(
             f"{field_name}: not JSON-serialisable ({exc})", field=field_name
@@ -235,14 +256,19 @@ def json_value(value: Any, field_name: str) -> Any:
         )
     # A flat list or str-keyed dict of plain values reads back as itself: a copy, no
     # round trip through the JSON decoder (a bulk load has one such value per entry).
-    decoded: Any = kind(value) if _flat_plain(value, kind) else loads_json(text, field_name)
-    bad = _unstorable_text(decoded)
+    flat = _flat_plain(value, kind)
+    decoded: Any = kind(value) if flat else loads_json(text, field_name)
+    # The text is ASCII: a NUL or a lone surrogate in any string shows in it as \u0000
+    # or \udXXX. Without either, there is nothing to look for.
+    suspect = "\\u0000" in text or "\\ud" in text
+    bad = _unstorable_text(decoded) if suspect else None
     if bad is not None:
         raise InvalidInput(
             f"{field_name}: {bad!r} holds NUL or a lone surrogate, which cannot be stored",
             field=field_name,
         )
-    return decoded
+    # A decoded value's own text may differ ({1: "a", "1": "b"} reads back as one key).
+    return decoded, text if flat else None
 
 
 def _flat_plain(value: Any, kind: type) -> bool:
@@ -364,7 +390,7 @@ def _headers(value: Any) -> dict[str, Any]:
 
 def validate_policy(gaffer: Mapping[str, Any] | None) -> Policy:
     if gaffer is None:
-        return Policy()
+        return _DEFAULT_POLICY
     if not isinstance(gaffer, Mapping):
         raise InvalidInput(f"gaffer: expected a dict, got {gaffer!r}", field="gaffer")
     unknown = sorted(set(gaffer) - set(_GAFFER_KEYS))
@@ -452,14 +478,18 @@ def validate_entry(
     if not isinstance(kwargs, Mapping):
         raise InvalidInput(f"kwargs: expected a dict, got {type(kwargs).__name__}", field="kwargs")
     options = validate_options(options)
+    args, args_text = json_text(list(args), "args")
+    kwargs, kwargs_text = json_text(dict(kwargs), "kwargs")
+    options, options_text = json_text(dict(options), "options")
     return ScheduleSpec(
         name=name,
         task=task,
         schedule=parsed,
-        args=json_value(list(args), "args"),
-        kwargs=json_value(dict(kwargs), "kwargs"),
-        options=json_value(dict(options), "options"),
+        args=args,
+        kwargs=kwargs,
+        options=options,
         policy=validate_policy(gaffer),
+        json_texts=(args_text, kwargs_text, options_text),
     )
 
 

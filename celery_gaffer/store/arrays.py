@@ -36,7 +36,6 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
-from . import fastpath
 from .prebuilt import prebuilt
 
 # Element types of the arrays: enough for every column the ledger writes in bulk.
@@ -120,10 +119,10 @@ def update_many(
     ``columns``: ``(name, element type)`` of what each row holds (``key`` among them);
     ``values(value_of)``: the ``SET`` clause, where ``value_of(name)`` is the row's value.
     On PostgreSQL one ``UPDATE ... FROM unnest(...)`` per chunk (with a ``name``, the
-    statement is built once for ``table`` and run on the fast path, :mod:`.fastpath`);
+    statement is built once for ``table``, :mod:`.prebuilt`);
     elsewhere one executemany per chunk (the values bound as the columns they set).
-    ``later``: fast-path statements are appended to it with their values, not run (the
-    caller runs them, with :func:`.later.committing`, say).
+    ``later``: the named statements are appended to it with their values, not run (the
+    caller runs them, with :func:`.pipelined.committing`, say).
     """
     if not rows:
         return
@@ -148,7 +147,7 @@ def update_many(
             elif later is not None:
                 later.append((stmt, arrays))
             else:
-                fastpath.execute(conn, stmt, arrays)
+                conn.execute(stmt, arrays)
         return
     stmt = (
         update(table)

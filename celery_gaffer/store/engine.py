@@ -20,7 +20,6 @@ from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..runtime import runtime
-from .begin import send_begin_with_first_statement
 from .idle import Held
 
 # Milliseconds a SQLite writer waits for the write lock before giving up.
@@ -139,10 +138,7 @@ def _create_engine(url: URL, *, relaxed: bool = False, leases: bool = False) -> 
     options: dict[str, Any] = {}
     if relaxed or leases:
         options = {"isolation_level": "AUTOCOMMIT", "execution_options": {AUTOCOMMIT_POOL: True}}
-    engine = create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args, **options)
-    if not options and engine.dialect.driver == "psycopg":
-        send_begin_with_first_statement(engine)
-    return engine
+    return create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args, **options)
 
 
 def _create_sqlite_engine(url: URL) -> Engine:

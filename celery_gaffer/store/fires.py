@@ -18,7 +18,6 @@ from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, func,
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..protocol import FireState, fire_key, fire_task_id
-from . import fastpath
 from .arrays import any_of, matches, on_postgresql, unnest, unnest_select
 from .dbclock import db_now
 from .models import Models, table_of
@@ -105,7 +104,7 @@ def insert_fires(
         result: Iterable[Any]
         if on_postgresql(conn):
             arrays = {"b_" + name: [row[name] for row in part] for name, _ in _FIRE_COLUMNS}
-            result = fastpath.execute(conn, _insert_statement(models), arrays).all()
+            result = conn.execute(_insert_statement(models), arrays).all()
         else:
             stmt = sqlite.insert(table).on_conflict_do_nothing().returning(*returning)
             result = conn.execute(stmt, part)
@@ -186,7 +185,7 @@ def claim_pending(
                     publish_after=bindparam("until", type_=table.c.publish_after.type),
                     publish_count=table.c.publish_count + 1,
                 )
-                fastpath.execute(conn, stmt, {"ids": ids, "until": until})
+                conn.execute(stmt, {"ids": ids, "until": until})
                 continue
             conn.execute(
                 update(table)
@@ -278,7 +277,7 @@ def mark_sent(
         if confirm_at is not None:
             params["confirm"] = confirm_at
         for start in range(0, len(id_list), CHUNK):
-            fastpath.execute(conn, stmt, {**params, "ids": id_list[start : start + CHUNK]})
+            conn.execute(stmt, {**params, "ids": id_list[start : start + CHUNK]})
         return
     values: dict[str, Any] = {"state": FireState.SENT, "sent_at": now}
     if confirm_at is not None:

@@ -7,18 +7,6 @@ fencing token, checked by the storage itself). Every check also matches ``owner`
 (unique to one acquisition): see :mod:`celery_gaffer.fencing.leases` for why.
 
 These functions run inside a transaction the caller owns.
-
-Guards
-------
-A fenced commit on PostgreSQL with psycopg sends its checks together with the
-``COMMIT`` in one round trip (:func:`celery_gaffer.store.fastpath.commit`). A check that
-only *returned* zero rows could not stop a ``COMMIT`` already sent, so each check has a
-**guard** form, a statement that *fails* when it refuses: a stale fence divides by the
-count of locked lease rows (zero: ``division by zero``, SQLSTATE
-:data:`FENCE_LOST_SQLSTATE`), and a key claim that claimed nothing takes the logarithm
-of that count (zero: SQLSTATE :data:`~celery_gaffer.store.keys.KEY_DONE_SQLSTATE`). The
-failed statement aborts the transaction, so the server skips the ``COMMIT`` after it;
-the caller rolls back and raises ``FenceLost`` or ``AlreadyProcessed``.
 """
 
 from __future__ import annotations
@@ -26,18 +14,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, Float, Integer, bindparam, func, literal, select, update
+from sqlalchemy import Connection, Float, bindparam, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..exceptions import FenceLost
-from . import fastpath
 from .dbclock import db_now
 from .models import Models, table_of
 from .prebuilt import prebuilt
 
 RELEASED = datetime(1970, 1, 1, tzinfo=timezone.utc)  # lease_until of a freed lease
-#: The error of a guard whose fence is stale ("division by zero"; see the module's notes).
-FENCE_LOST_SQLSTATE = "22012"
 # The TTL parameter of the prebuilt statements, in seconds.
 _TTL = bindparam("ttl", type_=Float())
 
@@ -51,9 +36,7 @@ def acquire(
     ``lease_until < now`` by the database's clock. Returns None when a live holder has it.
     """
     upsert = acquire_statement(models, conn.dialect.name, steal=steal)
-    fence = fastpath.execute(
-        conn, upsert, {"name": name, "owner": owner, "ttl": float(ttl)}
-    ).scalar()
+    fence = conn.execute(upsert, {"name": name, "owner": owner, "ttl": float(ttl)}).scalar()
     return None if fence is None else int(fence)
 
 
@@ -113,7 +96,7 @@ def renew(conn: Connection, models: Models, name: str, fence: int, owner: str, t
 
     statement = prebuilt((models.prefix, "lease_renew"), build)
     params = {"b_name": name, "b_fence": fence, "b_owner": owner, "ttl": float(ttl)}
-    return fastpath.execute(conn, statement, params).rowcount == 1
+    return conn.execute(statement, params).rowcount == 1
 
 
 def release(
@@ -141,7 +124,7 @@ def release(
 
     statement = prebuilt((models.prefix, "lease_release", skip_locked), build)
     params = {"b_name": name, "b_fence": fence, "b_owner": owner}
-    return fastpath.execute(conn, statement, params).rowcount == 1
+    return conn.execute(statement, params).rowcount == 1
 
 
 def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: str) -> None:
@@ -158,24 +141,8 @@ def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: 
 
     statement = prebuilt((models.prefix, "lease_check"), build)
     params = {"b_name": name, "b_fence": fence, "b_owner": owner}
-    if fastpath.execute(conn, statement, params).first() is None:
+    if conn.execute(statement, params).first() is None:
         raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
-
-
-def fence_guard(models: Models, name: str, fence: int, owner: str) -> tuple[Any, dict[str, Any]]:
-    """:func:`check_fence` as a guard (see the module's notes): a statement and its
-    parameters that lock the lease row, and fail with :data:`FENCE_LOST_SQLSTATE` unless
-    ``fence`` and ``owner`` hold it."""
-
-    def build() -> Any:
-        table = table_of(models.Lease)
-        locked = select(table.c.fence).where(*held_by(table)).with_for_update().cte("gaffer_fence")
-        return select(
-            literal(1, Integer) / select(func.count()).select_from(locked).scalar_subquery()
-        )
-
-    statement = prebuilt((models.prefix, "lease_guard"), build)
-    return statement, {"b_name": name, "b_fence": fence, "b_owner": owner}
 
 
 def holder(conn: Connection, models: Models, name: str) -> tuple[str | None, int] | None:

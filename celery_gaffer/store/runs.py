@@ -1,7 +1,7 @@
 """The run records (``gaffer_job_runs``): a run's start and end, heartbeats, lost runs.
 
-The start and end statements of a GafferTask run are built once per table prefix and run
-on the fast path (:mod:`.fastpath`); the rest run inside a transaction the caller owns.
+The start and end statements of a GafferTask run are built once per table prefix
+(:mod:`.prebuilt`); the rest run inside a transaction the caller owns.
 """
 
 from __future__ import annotations

@@ -3,21 +3,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, Text, cast
 
 from ..exceptions import GafferError, InvalidInput
 from ..protocol import loads_json
+from ..schedules import watermarks
 from ..schedules.bounds import Bounds
-from ..schedules.kinds import At, Schedule, schedule_from_dict
+from ..schedules.kinds import Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec
 from ..settings import masked_ping_url
-
-_ONE_SECOND = timedelta(seconds=1)
+from .copying import JSONText
 
 
 def decode_json(value: Any, field: str = "value") -> Any:
@@ -53,13 +54,17 @@ class StoredSchedule:
         return self.policy.enabled
 
     @property
-    def finished(self) -> bool:
-        """Enabled, readable and without error, but its bounds leave it nothing to fire."""
-        if self.error or not self.enabled or self.schedule is None:
-            return False
-        return self.policy.bounds.finished(
-            self.schedule, fired=self.fired_count, watermark=self.watermark_at
+    def standing(self) -> watermarks.Standing:
+        """What the watermark rules (:mod:`~celery_gaffer.schedules.watermarks`) read."""
+        return watermarks.Standing(
+            self.schedule, self.policy, self.watermark_at, self.fired_count, self.error
         )
+
+    @property
+    def finished(self) -> bool:
+        """Enabled, readable and without error, but its bounds leave it nothing to fire
+        (:func:`~celery_gaffer.schedules.watermarks.done`)."""
+        return watermarks.done(self.standing)
 
     def bounds_json(self) -> dict[str, Any]:
         """Its bounds, count of fires sent and ping URL (masked), JSON-able (for ``--json``
@@ -75,59 +80,31 @@ class StoredSchedule:
         }
 
 
-def new_watermark(spec: ScheduleSpec, start: datetime) -> datetime:
-    """The watermark a new schedule starts from: ``start``, except that a one-off whose
-    time is not after it starts just before that time, so that its catch-up policy (and
-    starting deadline) decide whether it fires at once rather than it never firing."""
-    schedule = spec.schedule
-    if isinstance(schedule, At) and schedule.when <= start:
-        return schedule.when - _ONE_SECOND
-    return start
-
-
-def kept_watermark(current: StoredSchedule, spec: ScheduleSpec, now: datetime) -> datetime:
-    """The watermark an edit of ``current`` into ``spec`` starts from, keeping its backlog
-    only when that is still the schedule's: a new ``at`` starts as a new one does
-    (:func:`new_watermark`); a schedule that had nothing left to fire (done) or was
-    paused starts again from now, as ``resume`` does, so that loosening its bounds or
-    enabling it never sends the fires of the time it was done or paused."""
-    schedule = spec.schedule
-    if isinstance(schedule, At) and schedule != current.schedule:
-        return new_watermark(spec, now)
-    if current.finished or (not current.enabled and spec.policy.enabled):
-        return max(current.watermark_at, now)
-    return current.watermark_at
-
-
-def first_fire(spec: ScheduleSpec, watermark: datetime, fired: int) -> datetime | None:
-    """The schedule's first fire after ``watermark`` within its bounds (None: none left)."""
-    window = spec.policy.bounds.window(spec.schedule, fired=fired, watermark=watermark)
-    return window.next_after(watermark)
-
-
 class Timings:
-    """A memo of :func:`columns`' per-schedule work (its dict and first fire) for a bulk
-    load: tenants' schedules repeat a few timings many times."""
+    """A memo of :func:`columns`' per-schedule work (its JSON text and next fire) for a
+    bulk load: tenants' schedules repeat a few timings many times. The rows made with it
+    hold their JSON columns as text (:class:`~.copying.JSONText`), serialised once."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[Any, ...], tuple[dict[str, Any], datetime | None]] = {}
+        self._seen: dict[tuple[Any, ...], tuple[JSONText, datetime | None]] = {}
 
     def of(
         self, spec: ScheduleSpec, watermark: datetime, fired: int
-    ) -> tuple[dict[str, Any], datetime | None]:
-        key = (spec.schedule, spec.policy.bounds, watermark, fired)
+    ) -> tuple[JSONText, datetime | None]:
+        key = (spec.schedule, spec.policy.bounds, spec.policy.enabled, watermark, fired)
         found = self._seen.get(key)
         if found is None:
             if len(self._seen) >= 100_000:
                 self._seen.clear()
-            found = self._seen[key] = _timing(spec, watermark, fired)
+            timing, next_fire_at = _timing(spec, watermark, fired)
+            found = self._seen[key] = (JSONText(json.dumps(timing)), next_fire_at)
         return found
 
 
 def _timing(
     spec: ScheduleSpec, watermark: datetime, fired: int
 ) -> tuple[dict[str, Any], datetime | None]:
-    return spec.schedule.to_dict(), first_fire(spec, watermark, fired)
+    return spec.schedule.to_dict(), watermarks.next_fire(spec, watermarks.Start(watermark, fired))
 
 
 def columns(
@@ -138,20 +115,30 @@ def columns(
     timings: Timings | None = None,
 ) -> dict[str, Any]:
     """The columns of ``spec`` starting from ``watermark``, having sent ``fired`` fires
-    (``timings``: a memo shared by the rows of a bulk load)."""
+    (both decided by :mod:`~celery_gaffer.schedules.watermarks`; ``timings``: a memo
+    shared by the rows of a bulk load, whose JSON columns are then text)."""
     enabled = spec.policy.enabled
+    args: Any = spec.args
+    kwargs: Any = spec.kwargs
+    options: Any = spec.options
+    timing: Any
     if timings is None:
-        timing, first = _timing(spec, watermark, fired)
+        timing, next_fire_at = _timing(spec, watermark, fired)
     else:
-        timing, first = timings.of(spec, watermark, fired)
-    next_fire_at = first if enabled else None
+        timing, next_fire_at = timings.of(spec, watermark, fired)
+        args_text, kwargs_text, options_text = spec.json_texts
+        args, kwargs, options = (
+            _text(args, args_text),
+            _text(kwargs, kwargs_text),
+            _text(options, options_text),
+        )
     bounds = spec.policy.bounds
     return {
         "task": spec.task,
         "schedule": timing,
-        "args": spec.args,
-        "kwargs": spec.kwargs,
-        "options": spec.options,
+        "args": args,
+        "kwargs": kwargs,
+        "options": options,
         "catchup": spec.policy.catchup,
         "starting_deadline": spec.policy.starting_deadline,
         "overlap": spec.policy.overlap,
@@ -167,6 +154,19 @@ def columns(
         "error": None,
         "updated_at": now,
     }
+
+
+def _text(value: list[Any] | dict[str, Any], known: str | None) -> JSONText:
+    """The JSON text of ``value``: ``known`` (validation's) when it made it."""
+    if known is not None:
+        return JSONText(known)
+    if not value:
+        return _EMPTY_ARRAY if type(value) is list else _EMPTY_OBJECT
+    return JSONText(json.dumps(value))
+
+
+_EMPTY_ARRAY = JSONText("[]")
+_EMPTY_OBJECT = JSONText("{}")
 
 
 def policy_dict(policy: Policy) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from sqlalchemy import (
 )
 
 from ..protocol import FAILURE_STATES, FireState, Overlap, RunState
-from . import fastpath
 from .arrays import matches, update_many
 from .dbclock import db_now
 from .models import Models, table_of
@@ -72,7 +71,7 @@ def claim_due_schedules(
     are read as text so that one undecodable row cannot break the whole batch.
     """
     stmt = _due_statement(models, conn.dialect.name == "postgresql")
-    rows = fastpath.execute(conn, stmt, {"now": now, "limit": limit}).all()
+    rows = conn.execute(stmt, {"now": now, "limit": limit}).all()
     return [DueSchedule(*row) for row in rows]
 
 

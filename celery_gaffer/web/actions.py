@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..cli.times import parse_instant
 from ..exceptions import InvalidInput
 from ..protocol import loads_json
+from ..readable import parse_instant
 from ..schedule_store import ScheduleStore
 from ..schedules.preview import Preview
 

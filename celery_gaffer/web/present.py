@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..cli.observe import run_reason
+from ..readable import run_reason
 from ..schedules.display import describe, when, zone_of
 from ..schedules.kinds import At, Cron, Every, Schedule
 from ..store.schedule_rows import StoredSchedule

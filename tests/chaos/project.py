@@ -106,23 +106,12 @@ def batch(self, run):
 # Patches a test may add to the project (never a switch in the package).
 NO_FENCE_CHECK = (
     "import celery_gaffer.fencing.leases as _leases\n"
-    "import celery_gaffer.store.keys as _keys\n"
     "import celery_gaffer.store.leases as _lease_rows\n"
     "# The guarantee, broken on purpose: no fence check at commit (nor in Lease.fence's\n"
     "# check, which makes a fence durable before it is read), and renewal that never\n"
     "# notices a takeover (which would otherwise stop the run before its next commit).\n"
     "_lease_rows.check_fence = lambda *args, **kwargs: None\n"
-    "_keys.fenced_claim_key = lambda conn, models, lease, key, task_id, complete: (\n"
-    "    _keys.claim_key(conn, models, key, task_id, lease[1], complete=complete)\n"
-    ")\n"
     "_leases.LeaseClient.renew = lambda self, lease: True\n"
-    "# The same checks where they are sent with the COMMIT (PostgreSQL): no guard.\n"
-    "from sqlalchemy import literal as _literal, select as _select\n"
-    "_NO_GUARD = _select(_literal(1))\n"
-    "_lease_rows.fence_guard = lambda models, name, fence, owner: (_NO_GUARD, {})\n"
-    "_keys.fenced_claim_guard = lambda models, lease, key, task_id, complete: (\n"
-    "    _keys.claim_guard(models, key, task_id, lease[1], complete=complete)\n"
-    ")\n"
 )
 
 

@@ -82,3 +82,19 @@ def test_the_check_finds_a_cycle_and_an_import_against_the_layering(tmp_path: Pa
 def test_known_modules_have_their_layer(name: str) -> None:
     expected = {"": 4, "beat.tick": 3, "store.fires": 2, "protocol": 0, "schedules.spec": 1}
     assert layer_of(name)[0] == expected[name]
+
+
+def test_the_console_never_imports_the_command_line(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "web/present.py": "from ..cli.observe import run_reason\n",
+            "cli/observe.py": "from ..readable import run_reason\n",
+            "cli/web.py": "def serve():\n    from ..web import app\n",
+            "web/app.py": "",
+            "readable.py": "",
+        },
+    )
+    found = {(v.module, v.rule) for v in check(root)}
+    assert ("web.present", "layering") in found
+    assert not any(module.startswith("cli") for module, _ in found)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from kombu import Exchange, Producer, Queue
 
-from celery_gaffer.beat import publisher
 from celery_gaffer.beat.publisher import PUBLISH_BATCH, send
 from celery_gaffer.protocol import fire_key, fire_task_id
 from celery_gaffer.store.fires import Fire
@@ -128,14 +128,18 @@ def _queued(redis_url: str) -> int:
     return sum(len(broker_messages(redis_url, queue)) for queue in ("alpha", "beta", "gamma"))
 
 
-@pytest.mark.parametrize("operations", [None, 5])
+@pytest.mark.parametrize("expiring", [False, True])
 def test_no_fire_reaches_the_broker_before_its_commit_is_known(
-    app: Celery, redis_url: str, operations: int | None, monkeypatch: pytest.MonkeyPatch
+    app: Celery, redis_url: str, expiring: bool
 ) -> None:
-    if operations is not None:
-        # Batches kombu would flush early (queues with x-expires take more operations
-        # a message): the batch waiting for its commit must not.
-        monkeypatch.setattr(publisher, "BATCH_OPERATIONS", operations)
+    if expiring:
+        # The most broker operations a message can take: queues with x-expires, which
+        # add an operation per priority step to each message, with every step there
+        # is. kombu must still not flush the batch waiting for its commit early.
+        app.conf.broker_transport_options = {"priority_steps": list(range(256))}
+        app.conf.task_queues = [
+            Queue(name, Exchange(name), name, expires=60) for name in ("alpha", "beta", "gamma")
+        ]
     fires, payloads, _ = fires_and_payloads(PUBLISH_BATCH + 10)  # two publish batches
     seen: list[tuple[int, int]] = []
     built: list[Any] = []
@@ -152,12 +156,10 @@ def test_no_fire_reaches_the_broker_before_its_commit_is_known(
             return publish(*args, **kwargs)
 
         producer.publish = counted
-        published = send(app, fires, payloads, producer, committed)
+        published = send(app, fires, payloads, producer, wait_for_commit=committed)
     # Called once, before any of it was in Redis: with kombu's publish batches (5.7+)
     # after the first batch is built (the commit overlaps it); without, before the
     # first send (each message would go out at once).
-    from kombu import Producer
-
     assert seen == [(PUBLISH_BATCH if hasattr(Producer, "batch") else 0, 0)]
     assert len(published.sent) == len(fires)
     assert _queued(redis_url) == len(fires)
@@ -177,7 +179,7 @@ def test_a_failed_commit_discards_the_batch_built_and_is_raised(
     with app.connection_for_write() as connection:
         producer = app.amqp.Producer(connection, auto_declare=False)
         with pytest.raises(CommitFailed):
-            send(app, fires, payloads, producer, committed)
+            send(app, fires, payloads, producer, wait_for_commit=committed)
     assert _queued(redis_url) == 0
 
 
@@ -201,13 +203,13 @@ def test_on_a_producer_that_publishes_at_once_the_commit_is_waited_for_first() -
             def committed() -> None:
                 sends.append("committed")
 
-            published = send(app, fires, payloads, producer, committed)
+            published = send(app, fires, payloads, producer, wait_for_commit=committed)
 
             def refused() -> None:
                 raise RuntimeError("refused")
 
             with pytest.raises(RuntimeError, match="refused"):
-                send(app, fires, payloads, producer, refused)
+                send(app, fires, payloads, producer, wait_for_commit=refused)
     finally:
         app.close()
     assert sends == ["committed", "publish", "publish", "publish"]  # none after the refusal

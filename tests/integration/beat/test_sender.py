@@ -17,7 +17,8 @@ from celery import Celery
 from sqlalchemy import select
 
 from celery_gaffer import Scheduler, ScheduleStore, every
-from celery_gaffer.beat.held import MARK_EVERY, HeldSends, Sender
+from celery_gaffer.beat.held import MARK_EVERY, HeldSends
+from celery_gaffer.beat.held_sender import Sender
 from celery_gaffer.protocol import fire_key
 from celery_gaffer.store import database_for
 
@@ -72,8 +73,8 @@ def ticking_until(beat: Scheduler, condition: Callable[[], bool], timeout: float
 
 def deciding_ahead(beat: Scheduler) -> Any:
     tick = beat._tick_state
-    assert tick._sender is not None  # a Beat on the real clock has its sender thread
-    tick._lead = LEAD  # the next tick decides the fires due within LEAD seconds
+    assert tick.held_sender.threaded  # a Beat on the real clock has its sender thread
+    tick.wake.lead = LEAD  # the next tick decides the fires due within LEAD seconds
     return tick
 
 
@@ -148,7 +149,8 @@ def test_a_stopping_beat_stops_its_sender_and_gives_back_what_it_holds(
 ) -> None:
     beat, nominal = scheduled_ahead(app, "held")
     tick = beat._tick_state
-    sender = tick._sender
+    sender = tick.held_sender._thread
+    assert sender is not None
     try:
         # What Beat loaded at start is out of the collector's full passes while it runs.
         assert gc.get_freeze_count() > 0
@@ -158,7 +160,7 @@ def test_a_stopping_beat_stops_its_sender_and_gives_back_what_it_holds(
     finally:
         beat.close()
     assert not sender.alive
-    assert tick._sender is None
+    assert not tick.held_sender.threaded
     assert gc.get_freeze_count() == 0
     assert datetime.now(timezone.utc) < nominal
     # Given back: pending and unclaimed, for any Beat to send at its time; this one no
@@ -180,18 +182,19 @@ def test_a_beat_whose_sender_thread_died_sends_its_held_fires_itself(
     def die(producer: object) -> None:
         raise SystemExit("not an Exception: the thread ends")
 
-    tick._sender = type("Stuck", (), {"alive": True})()  # holds, like a sender would
+    held_sender = tick.held_sender
+    held_sender._thread = type("Stuck", (), {"alive": True})()  # holds, like a sender would
     try:
-        tick._lead = LEAD
+        tick.wake.lead = LEAD
         tick_before(beat, nominal)
         assert len(tick.held) == 1
         assert fire_rows(app)["orphan"][:2] == ("pending", 1)
         # The real thread takes over, and ends at its first send.
-        tick._sender = None
-        tick._send_held_in_thread = die  # type: ignore[method-assign]
+        held_sender._thread = None
+        held_sender._send_from_thread = die  # type: ignore[method-assign]
         tick.start_sender()
         ticking_until(beat, lambda: fire_rows(app)["orphan"][0] == "sent")
-        assert tick._sender is None
+        assert not held_sender.threaded
         assert "the thread sending held fires has stopped" in caplog.text
         [headers] = message_headers(redis_url)
         assert headers["gaffer_key"] == fire_key("orphan", nominal)
@@ -199,8 +202,8 @@ def test_a_beat_whose_sender_thread_died_sends_its_held_fires_itself(
         assert sent_at is not None
         assert sent_at >= nominal
     finally:
-        if not hasattr(tick._sender, "stop"):
-            tick._sender = None  # the stand-in
+        if not hasattr(held_sender._thread, "stop"):
+            held_sender._thread = None  # the stand-in
         beat.close()
 
 
@@ -211,9 +214,9 @@ def test_an_overdue_held_send_does_not_make_the_tick_spin(app: Celery) -> None:
     ScheduleStore(app).add("overdue", "t.noop", every(60, anchor=nominal))
     beat = Scheduler(app, sender_thread=False)
     tick = beat._tick_state
-    tick._sender = type("Stuck", (), {"alive": True})()  # a thread that sends nothing
+    tick.held_sender._thread = type("Stuck", (), {"alive": True})()  # sends nothing
     try:
-        tick._lead = LEAD
+        tick.wake.lead = LEAD
         tick_before(beat, nominal)
         assert len(tick.held) == 1
         sleep_until(nominal + timedelta(seconds=MARK_EVERY + 0.1))  # overdue, unsent
@@ -221,7 +224,7 @@ def test_an_overdue_held_send_does_not_make_the_tick_spin(app: Celery) -> None:
         assert all(delay >= MARK_EVERY * 0.9 for delay in delays), delays
         assert len(tick.held) == 1
     finally:
-        tick._sender = None
+        tick.held_sender._thread = None
         beat.close()
 
 
@@ -268,7 +271,7 @@ def test_a_close_from_a_signal_handler_inside_a_tick_leaves_the_database_to_the_
         monkeypatch.setattr(tick, "probe", terminated)
         with pytest.raises(SystemExit):
             beat.tick()
-        assert tick._sender is None
+        assert not tick.held_sender.threaded
         assert len(tick.held) == 1  # not given back from inside the tick
         assert fire_rows(app)["term"][:2] == ("pending", 1)
     finally:

@@ -3,11 +3,12 @@ follow closely, and never longer than MARK_EVERY or past MARK_BATCH fires."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from celery_gaffer.beat.held import FOLLOWS_CLOSELY, MARK_BATCH, MARK_EVERY, HeldSends
+from celery_gaffer.beat.held import FOLLOWS_CLOSELY, MARK_BATCH, MARK_EVERY, Guard, HeldSends
 from celery_gaffer.store.fires import Fire
 from celery_gaffer.store.schedules import Payload
 
@@ -97,3 +98,18 @@ def test_release_gives_every_unsent_claim_back() -> None:
     ]
     assert len(sends) == 0
     assert sends.next_at() is None
+
+
+def test_the_guard_knows_whether_this_thread_holds_it_however_deeply() -> None:
+    guard = Guard()
+    assert not guard.held_here()
+    seen_elsewhere: list[bool] = []
+    with guard:
+        with guard:
+            assert guard.held_here()
+        assert guard.held_here()
+        thread = threading.Thread(target=lambda: seen_elsewhere.append(guard.held_here()))
+        thread.start()
+        thread.join()
+    assert not guard.held_here()
+    assert seen_elsewhere == [False]
