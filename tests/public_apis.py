@@ -9,9 +9,13 @@ Three rules, checked on the package's syntax tree (docstrings and comments aside
   package's own names (functions, classes, attributes it assigns, ``__slots__``,
   parameters) are known, so ``self._lock`` passes and ``conn._handle_dbapi_exception``
   does not;
-* no patching: no ``vars(x).update(...)``, no ``setattr`` on anything but ``self`` (other
-  than an attribute of the package's own, named ``gaffer_...``), no assignment to an
-  attribute of an imported module.
+* no patching: no ``vars(x).update(...)`` nor another object's ``__dict__``, no
+  ``setattr`` on anything but ``self`` (other than an attribute of the package's own,
+  named ``gaffer_...``), no assignment to an attribute of an imported module.
+
+The package's own attribute names are trusted wherever they are read (the check has no
+types): a dependency's private attribute that happens to share a name with one of the
+package's is not caught.
 
 Some libraries document underscore names as their public API, to keep them apart from
 user-defined ones (SQLAlchemy's ``Row._mapping``, named tuples' ``_asdict``): those are
@@ -167,8 +171,23 @@ def _finding(node: ast.AST, own: set[str], modules: set[str], constants: set[str
         and node.attr not in DOCUMENTED
     ):
         return f"uses the private attribute {node.attr}"
+    if (
+        isinstance(node, ast.Attribute)
+        and node.attr == "__dict__"
+        and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"})
+    ):
+        return "reaches into another object's __dict__"
     if isinstance(node, ast.Call):
         func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and any(_private(part) for part in node.args[0].value.split("."))
+        ):
+            return f"imports the private module {node.args[0].value}"
         if isinstance(func, ast.Name) and func.id in {"getattr", "hasattr"} and len(node.args) >= 2:
             target, name = node.args[0], node.args[1]
             own_target = isinstance(target, ast.Name) and target.id in {"self", "cls"}

@@ -3,7 +3,9 @@
 Sessions from :func:`fenced_sessions` carry the run's :class:`~.context.RunContext` in
 ``session.info``. Their ``before_commit`` hook flushes and seals the commit (see
 :mod:`.seal`) in the same transaction as the writes, before SQLAlchemy sends the
-``COMMIT``: a refusal raises there, and SQLAlchemy rolls the transaction back.
+``COMMIT``: a refusal raises there, and SQLAlchemy rolls the transaction back. A
+savepoint's release (``begin_nested()``), for which SQLAlchemy runs the same hooks, is
+not sealed: it commits nothing, and the transaction's ``COMMIT`` covers its writes.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def fenced_sessions(engine: Engine) -> sessionmaker[Session]:
 
 def _before_commit(session: Session) -> None:
     run: RunContext | None = session.info.get(RUN_INFO)
-    if run is None:
+    if run is None or session.in_nested_transaction():
+        # A savepoint's release is not a commit: the transaction's own COMMIT seals
+        # everything in it, the savepoint's writes included.
         return
     session.flush()
     claim = session.info.get(CLAIM_INFO, "complete")
@@ -51,6 +55,8 @@ def _before_commit(session: Session) -> None:
 
 
 def _after_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: nothing is durable, nothing was claimed
     run: RunContext | None = session.info.get(RUN_INFO)
     claimed = session.info.pop("gaffer_claimed", None)
     if run is not None:

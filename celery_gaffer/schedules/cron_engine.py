@@ -17,6 +17,7 @@ fires, and a gap that ends off the minute (Africa/Monrovia 1972) is rounded to t
 
 from __future__ import annotations
 
+import copy
 import functools
 import heapq
 from bisect import bisect_right
@@ -193,9 +194,8 @@ class ZonedCron:
             start = self._scan_start(after)
         except OverflowError:  # within a day of year 1 or 9999
             return
-        # A shallow copy shares the parsed (never mutated) field sets.
-        sim = CronSim.__new__(CronSim)
-        sim.__dict__.update(self._template.__dict__)
+        # A shallow copy shares the parsed (never mutated) field sets; it starts at start.
+        sim = copy.copy(self._template)
         sim.dt = start
         pending: list[datetime] = []
         last = after

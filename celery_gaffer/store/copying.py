@@ -30,6 +30,8 @@ from typing import Any
 from sqlalchemy import JSON, Connection, Table, insert
 from sqlalchemy.exc import DBAPIError
 
+from ..exceptions import InvalidInput
+
 # Each column's type as the server has it: the table's name is a value (a regclass).
 _COLUMN_TYPES = (
     "SELECT attname, atttypid::int FROM pg_attribute"
@@ -98,19 +100,23 @@ def copy_rows(
         if broken:
             conn.invalidate()
         raise wrapped from exc
+    except (TypeError, ValueError) as exc:
+        # A value psycopg cannot dump for its column (a naive datetime, say): the COPY
+        # was ended with an error, and the transaction is failed for the caller.
+        raise InvalidInput(f"a value COPY cannot write: {exc}", field=table.name) from exc
 
 
 @functools.cache
 def _json_text_dumper() -> type[Any]:
     """psycopg's dumper of a ``json`` column's values in binary ``COPY`` (by the column's
     oid, through ``set_types``): a :class:`JSONText` as its UTF-8 bytes."""
-    from psycopg import postgres
+    import psycopg
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
 
     class JSONTextDumper(Dumper):
         format = Format.BINARY
-        oid = postgres.types["json"].oid
+        oid = psycopg.adapters.types["json"].oid
 
         def dump(self, obj: Any) -> bytes:
             return (obj if type(obj) is JSONText else json.dumps(obj)).encode()

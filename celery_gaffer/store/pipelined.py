@@ -10,6 +10,11 @@ through SQLAlchemy's :meth:`~sqlalchemy.engine.Connection.execute` as any other;
 waiting for the pipeline's end, and SQLAlchemy's own commit afterwards finds psycopg's
 transaction already over. Elsewhere (SQLite, a libpq without pipeline mode) the
 statements run and commit when the block is entered, as a plain commit would.
+
+An error the server reports for the pipeline is raised as SQLAlchemy raises a driver's
+(:meth:`sqlalchemy.exc.DBAPIError.instance`: ``IntegrityError``, ``OperationalError``...),
+and a connection psycopg found broken is invalidated; SQLAlchemy's ``handle_error``
+events do not see it.
 """
 
 from __future__ import annotations

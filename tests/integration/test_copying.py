@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ENUM
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from celery_gaffer.exceptions import InvalidInput
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import get_engine
 from celery_gaffer.store.copying import copies, copy_rows
@@ -143,6 +144,20 @@ def test_a_repeated_key_raises_integrity_error_and_rollback_leaves_nothing(
     with engine.begin() as conn:
         copy_rows(conn, table, COLUMNS, rows[:3])
     assert [row[0] for row in _read(engine, table)] == ["kept", "n0", "n1", "n2"]
+
+
+def test_a_value_psycopg_cannot_dump_is_a_clear_error_and_nothing_is_written(
+    engine: Engine, table: Table
+) -> None:
+    naive = datetime(2026, 1, 1, 12, 0)  # a timezone-aware column
+    rows = [
+        ("ok", "v", {}, {}, None, None, None, None),
+        ("bad", "v", {}, {}, None, None, None, naive),
+    ]
+    with pytest.raises(InvalidInput) as raised, engine.begin() as conn:
+        copy_rows(conn, table, COLUMNS, rows)
+    assert raised.value.field == table.name
+    assert _read(engine, table) == []
 
 
 def test_a_row_repeating_an_existing_key_fails_the_whole_transaction(

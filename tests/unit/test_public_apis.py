@@ -34,6 +34,11 @@ def _package(tmp_path: Path, source: str) -> Path:
         ("def f(d, c):\n    vars(d).update(do_commit=c)\n", "vars(...).update"),
         ("def f(d, c):\n    setattr(d, 'do_commit', c)\n", "setattr"),
         ("import psycopg\n\n\ndef f():\n    psycopg.connect = None\n", "module psycopg"),
+        ("def f(sim, state):\n    sim.__dict__.update(state)\n", "__dict__"),
+        (
+            "import importlib\n\n\ndef f():\n    importlib.import_module('psycopg._preparing')\n",
+            "private module psycopg._preparing",
+        ),
     ],
 )
 def test_each_kind_of_private_use_is_found(tmp_path: Path, source: str, what: str) -> None:

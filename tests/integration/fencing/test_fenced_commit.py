@@ -3,6 +3,7 @@ PostgreSQL (and SQLite where the claim is about both)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from celery import Celery
-from sqlalchemy import event, text
+from sqlalchemy import event, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -103,6 +104,27 @@ def test_a_stale_fence_rolls_back_a_savepoint_and_its_transaction(app: Celery) -
     stolen.set()
     worker.join(30)
     assert marks(app) == ["before"]
+
+
+def test_a_savepoint_claims_nothing_the_transactions_commit_claims_the_key(app: Celery) -> None:
+    """A savepoint released inside a transaction that then rolls back claimed nothing: the
+    run's next commit still claims and completes its key."""
+    database = database_for(app)
+
+    @app.task(base=GafferTask, bind=True, shared=False, gaffer_key="saved", name="t.saved")
+    def task(self: GafferTask) -> None:
+        with contextlib.suppress(RuntimeError), self.session() as s:
+            with s.begin_nested():
+                s.add(Mark(label="in a savepoint"))
+            raise RuntimeError("the transaction is rolled back")
+        with self.session() as s:
+            s.add(Mark(label="committed"))
+
+    assert task.apply().successful()
+    assert marks(app) == ["committed"]
+    keys = database.models.IdempotencyKey
+    with database.session() as s:
+        assert s.scalars(select(keys.state).where(keys.key == "saved")).all() == ["completed"]
 
 
 def test_a_refused_commit_leaves_its_connection_clean_for_the_next_run(

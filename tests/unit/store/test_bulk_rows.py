@@ -137,3 +137,19 @@ def test_other_errors_and_the_iterators_own_are_raised_as_they_are() -> None:
     chunk.step()
     with pytest.raises(InvalidInput, match=r"^source: unreadable$"):
         chunk.validated()
+
+
+def test_the_bulk_columns_are_the_schedule_tables_and_its_defaults_the_models() -> None:
+    """The COPY path writes exactly the columns it names: a column added to the table
+    and not to the bulk list would be written by a plain insert and lost by COPY."""
+    from celery_gaffer.store import schedule_bulk
+    from celery_gaffer.store.models import models_for, table_of
+
+    table = table_of(models_for("gaffer_").Schedule)
+    assert set(schedule_bulk._NAMES) == {column.name for column in table.columns} - {"id"}
+    for name, value in schedule_bulk._INSERT_DEFAULTS.items():
+        default = table.c[name].default
+        assert default is not None, name
+        assert default.arg == value, name
+    spec = validate_entry(name="n", task="t", schedule=every(60))
+    assert set(columns(spec, NOW, NOW, 0, Timings())) <= set(schedule_bulk._NAMES)
