@@ -18,6 +18,7 @@ from celery import beat
 from sqlalchemy.exc import DBAPIError
 
 from .beat.metrics import Metrics
+from .beat.publisher import declaring_once_a_batch
 from .beat.startup import cannot_start, stoppable_start
 from .beat.tick import MAX_PUBLISHES, Tick
 from .clock import Clock, utcnow
@@ -84,6 +85,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             tick_budget=self.tick_budget,
         )
         self._failed_ticks = 0
+        if len(args) < 3:  # Celery's Producer argument (its fourth), unless given in place
+            # Beat's producer, which Celery makes from it, declares a queue once a batch.
+            producer_class = kwargs.get("Producer") or app.amqp.Producer
+            kwargs["Producer"] = declaring_once_a_batch(producer_class)
         super().__init__(app, *args, **kwargs)
 
     @property

@@ -100,9 +100,13 @@ def suggestion(value: crontab) -> str:
 
 def crontab_call(value: crontab) -> str:
     """``value`` as the call that made it, e.g. ``crontab(minute=30, hour=2)``."""
+    # The fields as given, by the pickle protocol's public hook (crontab's own
+    # arguments, in its constructor's order).
+    given = value.__reduce__()[1]
     parts = []
-    for name in ("minute", "hour", "day_of_week", "day_of_month", "month_of_year"):
-        text = str(getattr(value, f"_orig_{name}", "*"))
+    names = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+    for name, field in zip(names, given, strict=False):
+        text = str(field)
         if text != "*":
             parts.append(f"{name}={text}" if text.isdigit() else f"{name}={text!r}")
     return f"crontab({', '.join(parts)})"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from celery_gaffer.beat.publisher import declared_once, fire_headers
+from celery_gaffer.beat.publisher import declared_once, declaring_once_a_batch, fire_headers
 from celery_gaffer.protocol import FireHeaders, Overlap, fire_key, fire_task_id
 from celery_gaffer.store.fires import Fire
 from celery_gaffer.store.schedules import Payload
@@ -33,7 +33,7 @@ def test_fire_headers_are_those_of_fire_headers_for_the_fire(
     )
 
 
-class _Producer:
+class _Kombu:
     """A producer whose ``maybe_declare`` records each entity it is given."""
 
     def __init__(self) -> None:
@@ -49,6 +49,9 @@ class _Producer:
         return True
 
 
+_Producer = declaring_once_a_batch(_Kombu)
+
+
 def test_inside_declared_once_an_entity_goes_to_kombu_once_per_channel() -> None:
     producer, queue, other = _Producer(), object(), object()
     with declared_once(producer):
@@ -62,20 +65,13 @@ def test_inside_declared_once_an_entity_goes_to_kombu_once_per_channel() -> None
     assert producer.declared == [
         (id(first), queue), (id(first), other), (id(producer.channel), queue),
     ]  # fmt: skip
-    assert "maybe_declare" not in vars(producer)  # the class's method again
+    producer.maybe_declare(queue)  # outside: every call goes to kombu
     producer.maybe_declare(queue)
-    assert len(producer.declared) == 4
+    assert len(producer.declared) == 5
 
 
-def test_a_failed_declaration_is_tried_again_and_a_shadowing_attribute_comes_back() -> None:
+def test_a_failed_declaration_is_tried_again() -> None:
     producer, queue = _Producer(), object()
-    calls: list[object] = []
-
-    def own(entity: object, retry: bool = False, **policy: Any) -> bool:
-        calls.append(entity)
-        return _Producer.maybe_declare(producer, entity, retry, **policy)
-
-    producer.maybe_declare = own  # type: ignore[method-assign]
     with declared_once(producer):
         producer.fail = True
         with pytest.raises(ConnectionError):
@@ -83,8 +79,16 @@ def test_a_failed_declaration_is_tried_again_and_a_shadowing_attribute_comes_bac
         producer.fail = False
         producer.maybe_declare(queue)
         producer.maybe_declare(queue)
-    assert calls == [queue, queue]  # the failure was not taken for a declaration
-    assert producer.maybe_declare is own
+    assert producer.declared == [(id(producer.channel), queue)]  # the failure not taken for one
+
+
+def test_a_producer_of_another_class_is_left_as_it_is() -> None:
+    plain, queue = _Kombu(), object()
+    with declared_once(plain):
+        plain.maybe_declare(queue)
+        plain.maybe_declare(queue)
+    assert len(plain.declared) == 2
+    assert declaring_once_a_batch(_Producer) is _Producer
 
 
 def test_a_new_channel_is_never_taken_for_the_old_one() -> None:
