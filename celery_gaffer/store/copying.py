@@ -93,6 +93,15 @@ def copy_rows(
                             values[at] = text(value)
                     write(values)
     except psycopg.Error as exc:
+        undumpable = exc.__context__
+        if isinstance(undumpable, (TypeError, ValueError)):
+            # psycopg before 3.2 ends a COPY cut short by a value it could not dump with
+            # the server's error about the partial row: the value is the cause.
+            if driver.broken or driver.closed:
+                conn.invalidate()
+            raise InvalidInput(
+                f"a value COPY cannot write: {undumpable}", field=table.name
+            ) from undumpable
         broken = bool(driver.broken or driver.closed)
         wrapped = DBAPIError.instance(
             statement, None, exc, psycopg.Error, connection_invalidated=broken, dialect=conn.dialect
