@@ -41,7 +41,7 @@ from .fencing.batches import BatchReport, run_batches
 from .fencing.context import RunContext, current_run, require_run
 from .fencing.leases import Lease
 from .fencing.overlap import Wanted
-from .fencing.sessions import fenced_sessions, run_info
+from .fencing.sessions import fenced_sessions, listen_for_seals, run_info, seal_at_commit
 from .protocol import FireHeaders, KeyState, Overlap, RunState
 from .runs.delivery import Delivery, DeliveryPolicy
 from .runs.flower import announce, progress_fields
@@ -217,10 +217,11 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     def connection(self) -> Iterator[Connection]:
         """A Core connection in a transaction, sealed like :meth:`session` on commit."""
         run = require_run()
+        listen_for_seals(run.database.engine)
         with run.database.engine.connect() as conn:
             with conn.begin():
                 yield conn
-                claimed = run.seal(conn, "complete")
+                claimed = seal_at_commit(conn, run, "complete")
             run.sealed("complete" if claimed else None)
 
     @contextmanager
@@ -387,8 +388,9 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                 extra={"action": "key_unfenced", "task": self.name},
             )
         try:
+            listen_for_seals(run.database.engine)
             with run.database.begin() as conn:
-                run.seal(conn, "complete")
+                seal_at_commit(conn, run, "complete")
             run.sealed("complete")
         except AlreadyProcessed:
             # Another delivery completed the key while this body ran: both did the work.

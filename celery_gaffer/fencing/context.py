@@ -15,8 +15,6 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection
-
 from ..exceptions import FenceLost, GafferError
 from ..protocol import KeyState
 from ..store import Database
@@ -128,15 +126,6 @@ class RunContext:
         )
         key = self.key if claims else None
         return SealPlan(tuple(self.leases), key, self.task_id, self.token, claim == "complete")
-
-    def seal(self, conn: Connection, claim: str | None) -> bool:
-        """Fence-check every held lease and claim the key, in ``conn``'s transaction.
-
-        Returns True when this call claimed or completed the key.
-        """
-        plan = self.plan_seal(claim)
-        plan.execute(conn, self.database.models)
-        return plan.claims
 
     def sealed(self, claim: str | None) -> None:
         """A commit sealed by :meth:`seal` succeeded (``claim``: what it did to the key).

@@ -1,15 +1,12 @@
 """What sealing one commit checks and claims, in the commit's own transaction.
 
 Every commit a run makes through its fenced sessions is *sealed* in its own transaction,
-after its writes and before its ``COMMIT``: each lease the run holds is fence-checked
-with a row lock (:func:`~celery_gaffer.store.leases.check_fence`: a stale fence, and the
-commit is rolled back with :class:`~celery_gaffer.FenceLost`), then the run's key is
-claimed or completed (:func:`~celery_gaffer.store.keys.claim_key`: a key another run
-completed, and it is rolled back with :class:`~celery_gaffer.AlreadyProcessed`). Each is
-one conditional statement whose returned row is checked; there is no other form.
-
-The statements are looked up on their modules at call time (``lease_rows.check_fence``),
-so that the chaos suite's self-test can break them in one place.
+after its writes and right before its ``COMMIT`` (:mod:`.sessions`): each lease the run
+holds is fence-checked with a row lock (a stale fence, and the commit is rolled back with
+:class:`~celery_gaffer.FenceLost`), then the run's key is claimed or completed (a key
+another run completed, and it is rolled back with :class:`~celery_gaffer.AlreadyProcessed`).
+:func:`celery_gaffer.store.seal.seal` says how, per database; on PostgreSQL the seal and
+the ``COMMIT`` go in one round trip.
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from ..store import keys as key_rows
-from ..store import leases as lease_rows
+from ..store import seal as seal_rows
 from ..store.models import Models
 from .leases import Lease
 
@@ -42,11 +38,19 @@ class SealPlan:
     def claims(self) -> bool:
         return self.key is not None
 
-    def execute(self, conn: Connection, models: Models) -> None:
-        """Check and claim in ``conn``'s transaction; raise FenceLost or AlreadyProcessed."""
-        for lease in self.checked:
-            lease_rows.check_fence(conn, models, lease.name, lease.token, lease.owner)
-        if self.key is not None:
-            key_rows.claim_key(
-                conn, models, self.key, self.task_id, self.fence, complete=self.complete
-            )
+    def execute(self, conn: Connection, models: Models, *, commit: bool = False) -> None:
+        """Check and claim in ``conn``'s transaction; raise FenceLost or AlreadyProcessed.
+
+        ``commit``: the caller is SQLAlchemy's commit of ``conn``, which this may carry
+        out in the same round trip (see :func:`celery_gaffer.store.seal.seal`).
+        """
+        seal_rows.seal(
+            conn,
+            models,
+            [(lease.name, lease.token, lease.owner) for lease in self.checked],
+            self.key,
+            self.task_id,
+            self.fence,
+            complete=self.complete,
+            commit=commit,
+        )

@@ -1,22 +1,31 @@
-"""The session hooks that seal every commit a run makes (the fenced write path).
+"""The hooks that seal every commit a run makes (the fenced write path).
 
 Sessions from :func:`fenced_sessions` carry the run's :class:`~.context.RunContext` in
-``session.info``. Their ``before_commit`` hook flushes and seals the commit (see
-:mod:`.seal`) in the same transaction as the writes, before SQLAlchemy sends the
-``COMMIT``: a refusal raises there, and SQLAlchemy rolls the transaction back. A
-savepoint's release (``begin_nested()``), for which SQLAlchemy runs the same hooks, is
-not sealed: it commits nothing, and the transaction's ``COMMIT`` covers its writes.
+``session.info``. Their ``before_commit`` hook flushes the session and plans the seal
+(see :mod:`.seal`) of its connection's transaction with :func:`seal_at_commit`; the
+engine's ``commit`` event, which SQLAlchemy fires right before it sends the ``COMMIT``,
+carries the seal out in the same transaction as the writes, after every flush (on
+PostgreSQL in the same round trip as the ``COMMIT``). A refusal raises there, and the
+transaction is rolled back. A savepoint's release (``begin_nested()``), for which
+SQLAlchemy runs the same session hooks, is not sealed: it commits nothing, and the
+transaction's ``COMMIT`` covers its writes.
+
+The ``commit`` listener acts only on a connection whose seal was planned, and forgets
+the plan with the connection; every other commit on the engine is left as it was.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..runtime import runtime
+from ..store.models import Models
 from .context import RunContext
+from .seal import SealPlan
 
 RUN_INFO = "gaffer_run"
 CLAIM_INFO = "gaffer_claim"  # "complete" (default), "claim" (a resumable batch) or None
@@ -36,6 +45,7 @@ def fenced_sessions(engine: Engine) -> sessionmaker[Session]:
         factory = factories.get(id(engine))
         if factory is None or factory.kw.get("bind") is not engine:
             factory = sessionmaker(bind=engine, expire_on_commit=False)
+            listen_for_seals(engine)
             event.listen(factory, "before_commit", _before_commit)
             event.listen(factory, "after_commit", _after_commit)
             factories[id(engine)] = factory
@@ -50,7 +60,7 @@ def _before_commit(session: Session) -> None:
         return
     session.flush()
     claim = session.info.get(CLAIM_INFO, "complete")
-    if run.seal(session.connection(), claim):
+    if seal_at_commit(session.connection(), run, claim):
         session.info["gaffer_claimed"] = claim
 
 
@@ -65,3 +75,31 @@ def _after_commit(session: Session) -> None:
 
 def run_info(run: RunContext, claim: str | None = "complete") -> dict[str, Any]:
     return {RUN_INFO: run, CLAIM_INFO: claim}
+
+
+class PendingSeals(WeakKeyDictionary[Connection, tuple[SealPlan, Models]]):
+    """Seals planned for the next commit of a connection (forgotten with it)."""
+
+
+def listen_for_seals(engine: Engine) -> None:
+    """Have ``engine``'s commits carry out the seals :func:`seal_at_commit` plans."""
+    with runtime().lock:
+        if not event.contains(engine, "commit", _seal_pending):
+            event.listen(engine, "commit", _seal_pending)
+
+
+def seal_at_commit(conn: Connection, run: RunContext, claim: str | None) -> bool:
+    """Seal ``conn``'s transaction for ``run`` when it commits (``claim``: "complete",
+    "claim" or None; see :meth:`RunContext.plan_seal`); the commit then raises FenceLost
+    or AlreadyProcessed instead. ``conn``'s engine must be listened to
+    (:func:`listen_for_seals`). True when the commit claims or completes the key."""
+    plan = run.plan_seal(claim)
+    runtime().part("pending_seals", PendingSeals)[conn] = (plan, run.database.models)
+    return plan.claims
+
+
+def _seal_pending(conn: Connection) -> None:
+    planned = runtime().part("pending_seals", PendingSeals).pop(conn, None)
+    if planned is not None:
+        plan, models = planned
+        plan.execute(conn, models, commit=True)

@@ -30,10 +30,18 @@ from sqlalchemy.exc import DBAPIError
 class Committed:
     """The outcome of :func:`committing`'s commit, waited for once by calling it."""
 
-    __slots__ = ("_conn", "_pipeline", "_statements")
+    __slots__ = ("_conn", "_pipeline", "_statements", "_then_commit")
 
-    def __init__(self, conn: Connection, pipeline: ExitStack | None, statements: Any) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        pipeline: ExitStack | None,
+        statements: Any,
+        *,
+        then_commit: bool = True,
+    ) -> None:
         self._conn, self._pipeline, self._statements = conn, pipeline, statements
+        self._then_commit = then_commit
 
     @property
     def unread(self) -> bool:
@@ -53,7 +61,8 @@ class Committed:
             if wrapped is exc:
                 raise
             raise wrapped from exc
-        self._conn.commit()  # SQLAlchemy's side: psycopg's transaction is already over
+        if self._then_commit:
+            self._conn.commit()  # SQLAlchemy's side: psycopg's transaction is already over
 
     def abandon(self) -> None:
         """Give up on the caller's side after an error in its block: the pipeline is
@@ -119,10 +128,45 @@ def committing(
         conn.commit()
         yield Committed(conn, None, statements)
         return
+    committed = _send(conn, statements, then_commit=True)
+    try:
+        yield committed
+    except BaseException:
+        committed.abandon()
+        raise
+    committed()
+
+
+def commit_with(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
+    """Run ``statements`` and COMMIT ``conn``'s transaction in one round trip, and wait.
+
+    For a caller inside SQLAlchemy's own commit of ``conn`` (its ``commit`` event, which
+    comes right before it): that commit then finds psycopg's transaction over and sends
+    nothing. A failure is raised as SQLAlchemy's exception, and the transaction is
+    rolled back here: SQLAlchemy does not roll back a connection whose commit failed (a
+    failed ``COMMIT`` ends the transaction), but here the ``COMMIT`` was skipped. Only
+    where :func:`pipelines` is true.
+    """
+    try:
+        _send(conn, statements, then_commit=False)()
+    except BaseException:
+        if not conn.invalidated:
+            driver: Any = conn.connection.driver_connection
+            try:
+                driver.rollback()
+            except Exception:  # noqa: BLE001 - the commit's own error is the one raised
+                conn.invalidate()
+        raise
+
+
+def _send(
+    conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]], *, then_commit: bool
+) -> Committed:
+    """Queue ``statements`` and a ``COMMIT`` on psycopg's pipeline, unread."""
     driver: Any = conn.connection.driver_connection
     pipeline = ExitStack()
     pipeline.enter_context(driver.pipeline())
-    committed = Committed(conn, pipeline, statements)
+    committed = Committed(conn, pipeline, statements, then_commit=then_commit)
     try:
         for statement, params in statements:
             conn.execute(statement, params)
@@ -138,9 +182,4 @@ def committing(
     except BaseException:
         committed.abandon()
         raise
-    try:
-        yield committed
-    except BaseException:
-        committed.abandon()
-        raise
-    committed()
+    return committed

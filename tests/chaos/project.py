@@ -114,6 +114,32 @@ NO_FENCE_CHECK = (
     "_leases.LeaseClient.renew = lambda self, lease: True\n"
 )
 
+# The same on PostgreSQL, where a commit's fence check is the database function
+# gaffer_seal (made by migration 0005): replaced by one that only claims the key.
+NO_FENCE_CHECK_SQL = """
+CREATE OR REPLACE FUNCTION gaffer_seal(
+    p_names varchar[], p_fences bigint[], p_owners varchar[],
+    p_key varchar, p_task_id varchar, p_fence bigint, p_complete boolean
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_key IS NOT NULL THEN
+        INSERT INTO gaffer_keys AS k (key, state, task_id, fence, claimed_at, completed_at)
+            VALUES (
+                p_key, CASE WHEN p_complete THEN 'completed' ELSE 'claimed' END,
+                p_task_id, p_fence, clock_timestamp(),
+                CASE WHEN p_complete THEN clock_timestamp() END)
+            ON CONFLICT (key) DO UPDATE SET
+                state = excluded.state, task_id = excluded.task_id,
+                fence = excluded.fence, completed_at = excluded.completed_at
+            WHERE k.state = 'claimed';
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'ZG002', MESSAGE = 'key already completed';
+        END IF;
+    END IF;
+END
+$$
+"""
+
 
 def write_project(directory: Path, broker: str, database: str, *, patch: str = "") -> str:
     (directory / "chaosproj.py").write_text(

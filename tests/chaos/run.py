@@ -139,8 +139,17 @@ def count_stale_fence_writes(database: str) -> tuple[int, int]:
 
 
 class Workload:
-    def __init__(self, workdir: Path, database: str, broker: str, *, patch: str = "") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        database: str,
+        broker: str,
+        *,
+        patch: str = "",
+        database_patch: str = "",
+    ) -> None:
         self.workdir = workdir
+        self.database_patch = database_patch
         self.database = database
         self.broker = broker
         self.module = write_project(workdir, broker, database, patch=patch)
@@ -155,6 +164,9 @@ class Workload:
 
     def setup(self, *, schedules: int = SCHEDULES, items: int = ITEMS, fenced: bool = True) -> None:
         database_for(self.app).migrate()
+        if self.database_patch:
+            with database_for(self.app).begin() as conn:
+                conn.execute(text(self.database_patch))
         create_tables(self.database, items)
         empty_redis(self.broker)
         store = ScheduleStore(self.app)
@@ -383,6 +395,7 @@ def run(
     faults: tuple[str, ...] = FAULTS,
     drain_timeout: float = 240.0,
     patch: str = "",
+    database_patch: str = "",
     schedules: int = SCHEDULES,
     items: int = ITEMS,
     log: Any = print,
@@ -394,7 +407,7 @@ def run(
     check_permission(faults)
     rng = random.Random(seed)
     log(f"chaos: seed {seed}, {seconds:.0f} s of faults ({', '.join(faults)})")
-    workload = Workload(workdir, database, broker, patch=patch)
+    workload = Workload(workdir, database, broker, patch=patch, database_patch=database_patch)
     injected: Counter[str] = Counter()
     try:
         workload.setup(schedules=schedules, items=items)

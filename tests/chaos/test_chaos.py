@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from .project import NO_FENCE_CHECK
+from .project import NO_FENCE_CHECK, NO_FENCE_CHECK_SQL
 from .run import FAULTS, RestartsNotAllowed, check_permission, fresh_database, run
 
 # Faults, then up to 4 minutes of draining: more than pytest-timeout's default 600 s.
@@ -83,6 +83,7 @@ def test_pausing_the_lease_holder_makes_stale_writes_only_without_the_fence_chec
         workdir=tmp_path,
         faults=("pause_holder",),
         patch=NO_FENCE_CHECK if patched else "",
+        database_patch=NO_FENCE_CHECK_SQL if patched else "",
         schedules=0,
         items=0,
         drain_timeout=30,

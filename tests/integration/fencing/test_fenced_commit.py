@@ -19,6 +19,7 @@ from celery_gaffer import FenceLost, GafferTask
 from celery_gaffer.exceptions import DatabaseUnavailable
 from celery_gaffer.fencing.leases import LeaseClient
 from celery_gaffer.store import database_for
+from celery_gaffer.store.keys import key_state
 
 from ..marks import Mark, marks, marks_app
 
@@ -61,37 +62,30 @@ def stale_run(app: Celery, name: str, body: Any) -> tuple[threading.Thread, thre
     return worker, stolen
 
 
-def test_a_takeover_while_the_commit_is_prepared_waits_for_the_commit(pg_app: Celery) -> None:
-    """The check locks the lease row in the commit's own transaction: a holder that
-    tries to take the lease over after Gaffer's ``before_commit`` listener ran (here
-    from a later listener, which also adds a row) waits until the commit is done, and
-    then sees every write of the commit, the one flushed after the check included."""
+def test_the_seal_comes_after_every_flush_so_a_takeover_before_the_commit_refuses_it(
+    pg_app: Celery,
+) -> None:
+    """The seal runs at the commit itself, after every ``before_commit`` listener and
+    flush: a lease taken over from a later listener (which also adds a row) is found
+    stale, and nothing of the commit is written, the row flushed last included."""
     app = pg_app
     database = database_for(app)
-    seen: list[list[str]] = []
-    thieves: list[threading.Thread] = []
 
-    def steal() -> None:
-        LeaseClient(database).acquire("late", "thief", 30, steal=True)
-        seen.append(marks(app))
-
-    @app.task(base=GafferTask, bind=True, shared=False, name="t.late")
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.late", gaffer_key="late")
     def task(self: GafferTask) -> None:
         with self.lease("late", ttl=30), self.session() as s:
             s.add(Mark(label="written under the lease"))
 
             @event.listens_for(s, "before_commit")
             def late(session: Session) -> None:  # runs after Gaffer's listener
-                thief = threading.Thread(target=steal)
-                thief.start()
-                thieves.append(thief)
-                thief.join(0.5)  # it waits on the row lock (a lease lock waits 2 s at most)
-                session.add(Mark(label="flushed after the check"))
+                LeaseClient(database).acquire("late", "thief", 30, steal=True)
+                session.add(Mark(label="flushed after the takeover"))
 
-    assert task.apply().successful()
-    (thief,) = thieves
-    thief.join(10)
-    assert seen == [["written under the lease", "flushed after the check"]]
+    result = task.apply()
+    assert isinstance(result.result, FenceLost), result.result
+    assert marks(app) == []
+    with database.read() as conn:
+        assert key_state(conn, database.models, "late") is None
 
 
 def test_a_stale_fence_rolls_back_a_savepoint_and_its_transaction(app: Celery) -> None:
@@ -257,20 +251,27 @@ def test_a_fenced_session_whose_connection_dies_fails_as_a_lost_connection(
 
 
 def test_fenced_sessions_leave_the_engine_and_its_dialect_as_they_were(pg_app: Celery) -> None:
-    """The seal runs from the session's ``before_commit`` hook only: the engine's dialect
-    keeps its own commit and rollback (nothing patched), and no connection event is
-    listened for on the engine."""
+    """The dialect keeps its own commit and rollback (nothing patched); the engine gets
+    one ``commit`` listener, once, which seals only the commits planned for it: a plain
+    commit on the same engine runs no seal."""
     app = pg_app
+    sent: list[str] = []
 
     @app.task(base=GafferTask, bind=True, shared=False, name="t.lean", gaffer_key="lean")
-    def task(self: GafferTask) -> None:
+    def task(self: GafferTask, label: str) -> None:
         with self.session() as s:
-            s.add(Mark(label="sealed"))
+            s.add(Mark(label=label))
 
-    assert task.apply().successful()
-    assert marks(app) == ["sealed"]
     engine = database_for(app).engine
+    event.listen(engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    assert task.apply(("sealed",)).successful()
+    assert task.apply(("again",), task_id="second").successful()  # a duplicate: no commit
+    with Session(engine) as session, session.begin():
+        session.add(Mark(label="plain"))
+    assert marks(app) == ["sealed", "plain"]
     assert "do_commit" not in vars(engine.dialect)
     assert "do_rollback" not in vars(engine.dialect)
-    for name in ("commit", "rollback", "begin", "before_cursor_execute"):
+    assert len(engine.dispatch.commit) == 1
+    for name in ("rollback", "begin"):
         assert not getattr(engine.dispatch, name), name
+    assert len([statement for statement in sent if "gaffer_seal(" in statement]) == 1
