@@ -62,6 +62,11 @@ class DatabaseNotReady(GafferError):
     not know: run ``celery -A <app> gaffer migrate``."""
 
 
+class GafferConfigWarning(UserWarning):
+    """A ``gaffer_*`` key celery-gaffer does not know (a typo): it is ignored. Issued with
+    :func:`warnings.warn`, once per key and process."""
+
+
 def one_line(exc: BaseException) -> str:
     """``Type: message`` of an exception on one line, for a handled condition's log line
     (no traceback: the condition was expected and dealt with). A driver's error is read

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+import warnings
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +16,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, GafferConfigWarning
 
 DEFAULT_DATABASE_URL = "sqlite:///gaffer.sqlite3"
 _PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,29}$")
@@ -26,6 +28,26 @@ _POSTGRES_ALIASES = ("postgres", "postgresql", "postgres+psycopg", "postgresql+p
 # censors the settings whose names contain SECRET, TOKEN, KEY, PASS...).
 WEBHOOK_URL_KEY = "gaffer_alert_webhook_url"
 WEBHOOK_SECRET_URL_KEY = "gaffer_alert_webhook_secret_url"
+#: Every key celery-gaffer reads from ``app.conf`` (``gaffer_web_token`` only the web
+#: console reads): any other ``gaffer_*`` key is reported as unknown.
+SETTING_KEYS: tuple[str, ...] = (
+    "gaffer_database_url",
+    "gaffer_table_prefix",
+    "gaffer_lease_ttl",
+    "gaffer_republish_after",
+    "gaffer_max_catchup",
+    "gaffer_alert_after_failures",
+    "gaffer_default_grace",
+    "gaffer_metrics_port",
+    "gaffer_web_token",
+    "gaffer_confirm_delivery_after",
+    "gaffer_run_retention",
+    "gaffer_ledger_retention",
+    "gaffer_key_retention",
+    "gaffer_partition_interval",
+    WEBHOOK_URL_KEY,
+    WEBHOOK_SECRET_URL_KEY,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +72,13 @@ class GafferSettings:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> GafferSettings:
-        """Read and validate every ``gaffer_*`` key; raise :class:`ConfigurationError`."""
+        """Read and validate every ``gaffer_*`` key; raise :class:`ConfigurationError`.
+
+        A ``gaffer_*`` key that is none of :data:`SETTING_KEYS` (a typo) is reported
+        first, as one :class:`~celery_gaffer.exceptions.GafferConfigWarning` per key and
+        process (see :func:`warn_unknown_keys`).
+        """
+        warn_unknown_keys(conf)
         return cls(
             database_url=parse_database_url(
                 conf.get("gaffer_database_url") or DEFAULT_DATABASE_URL, "gaffer_database_url"
@@ -99,6 +127,61 @@ def settings_for(app: Any) -> GafferSettings:
 def forget_settings(app: Any) -> None:
     """Drop the cached settings of ``app`` (tests that change ``app.conf`` call this)."""
     _cache.pop(app, None)
+
+
+_warned: set[str] = set()
+
+
+def warn_unknown_keys(conf: Mapping[str, Any]) -> None:
+    """Warn once per process about each ``gaffer_*`` key of ``conf`` that celery-gaffer
+    does not read, naming the closest known key: ``unknown setting gaffer_lease_tll (did
+    you mean gaffer_lease_ttl?)``.
+
+    Keys are matched as Celery looks them up: as written, or under the app's namespace
+    (``config_from_object(..., namespace="CELERY")`` reads ``CELERY_GAFFER_LEASE_TTL``
+    for ``gaffer_lease_ttl``). Any case of ``gaffer_`` counts, as Celery would ignore an
+    upper-case ``GAFFER_LEASE_TTL`` silently.
+    """
+    finalize = getattr(conf, "finalize", None)
+    if callable(finalize):  # Celery's Settings: load the configuration, namespace included
+        finalize()
+    namespace = getattr(conf, "prefix", None) or ""
+    readable = set(SETTING_KEYS)
+    if namespace:
+        readable.update(_in_case(namespace + key, namespace) for key in SETTING_KEYS)
+    for key in list(conf):
+        if not isinstance(key, str) or key in readable or key in _warned:
+            continue
+        name = key.lower()
+        written_in_namespace = bool(namespace) and name.startswith(namespace.lower())
+        if written_in_namespace:
+            name = name[len(namespace) :]
+        if not name.startswith("gaffer_"):
+            continue
+        _warned.add(key)
+        # Compared without the shared ``gaffer_``, which would make every key look close.
+        close = difflib.get_close_matches(name[7:], [known[7:] for known in SETTING_KEYS], n=1)
+        if close:
+            meant = "gaffer_" + close[0]
+            if written_in_namespace or (namespace and key.isupper()):
+                meant = _in_case(namespace + meant, namespace)
+            message = f"unknown setting {key} (did you mean {meant}?)"
+        else:
+            message = f"unknown setting {key}: celery-gaffer has no such setting"
+        # Located at "app.conf" (no line): the typo is in the configuration, not in the
+        # code that happened to read it first, and the warning stays one line.
+        warnings.warn_explicit(
+            GafferConfigWarning(message),
+            GafferConfigWarning,
+            filename="app.conf",
+            lineno=0,
+            module=__name__,
+        )
+
+
+def _in_case(key: str, namespace: str) -> str:
+    """``key`` as Celery spells a namespaced key: upper case under an upper-case namespace."""
+    return key.upper() if namespace.isupper() else key.lower()
 
 
 def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
