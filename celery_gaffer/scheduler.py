@@ -17,7 +17,7 @@ from typing import Any
 from celery import beat
 from sqlalchemy.exc import DBAPIError
 
-from .beat.metrics import Metrics
+from .beat.metrics import Metrics, require_client
 from .beat.publisher import declaring_once_a_batch
 from .beat.startup import cannot_start, stoppable_start
 from .beat.tick import MAX_PUBLISHES, Tick
@@ -74,7 +74,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self.sleep = sleep
         try:
             self.database: Database = database_for(app)
-        except GafferError as exc:  # an invalid gaffer_* setting
+            if self.database.settings.metrics_port is not None:
+                require_client()  # the metrics extra, checked before anything starts
+        except GafferError as exc:  # an invalid gaffer_* setting, a missing extra
             cannot_start(exc)
         self._tick_state = Tick(
             app,

@@ -14,17 +14,40 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from ..exceptions import ConfigurationError
 from ..protocol import Health as State
 from ..store import runs as run_rows
 from ..store.fires import Fire
 from ..store.models import Models
 from .health import Health
 
+#: Why Beat cannot serve metrics when ``gaffer_metrics_port`` is set without the extra.
+MISSING_CLIENT = (
+    "gaffer_metrics_port: prometheus-client is not installed: pip install 'celery-gaffer[metrics]'"
+)
+
+
+def require_client() -> None:
+    """Check that prometheus-client (the ``metrics`` extra) can be imported, else raise
+    :class:`~celery_gaffer.ConfigurationError` naming ``gaffer_metrics_port`` and the
+    extra to install."""
+    try:
+        import prometheus_client  # noqa: F401 - imported to be checked, used by Metrics
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "prometheus_client":
+            raise  # installed, but something it imports is not: its own error says what
+        raise ConfigurationError(MISSING_CLIENT, field="gaffer_metrics_port") from None
+
 
 class Metrics:
-    """The metrics of one Beat process, and the HTTP server that exposes them."""
+    """The metrics of one Beat process, and the HTTP server that exposes them.
+
+    Needs prometheus-client (the ``metrics`` extra): without it, building one raises
+    :class:`~celery_gaffer.ConfigurationError` naming ``gaffer_metrics_port``.
+    """
 
     def __init__(self, port: int | None, address: str = "127.0.0.1") -> None:
+        require_client()
         from prometheus_client import (
             CollectorRegistry,
             Counter,

@@ -85,6 +85,9 @@ def web(ctx: click.Context, host: str, port: int) -> None:
 
 def _console_modules() -> tuple[ModuleType, Callable[..., Any]]:
     try:
+        # Starlette imports python-multipart only when the first form arrives: checked
+        # here, so that a console without it never starts.
+        import python_multipart  # noqa: F401
         import uvicorn
 
         from ..web import create_app
