@@ -276,6 +276,7 @@ class Cron(GafferSchedule):
                 f"expr: {len(expr)} characters is longer than {MAX_EXPR_LENGTH}", field="expr"
             )
         fields = expand_expr(expr)
+        _refuse_nearest_weekday(expr, fields)
         zone = load_zone(tz)
         self._expr = " ".join(expr.split())
         self._tz = tz
@@ -335,6 +336,18 @@ class Cron(GafferSchedule):
 
 
 @functools.lru_cache(maxsize=4096)
+def _refuse_nearest_weekday(expr: str, fields: str) -> None:
+    """``15W`` (the weekday nearest the 15th) is not supported: refused by name, not with
+    the cron parser's bare "Bad day-of-month". ``LW`` is."""
+    for part in fields.split()[2].split(","):
+        if part.upper().endswith("W") and part.upper() != "LW":
+            raise InvalidSchedule(
+                f"expr {expr!r}: {part!r} (the weekday nearest a day) is not supported; "
+                "'LW' (the last weekday of the month) is",
+                field="expr",
+            )
+
+
 def _last_cron_fire(expr: str, tz: str, until: datetime) -> datetime | None:
     """:meth:`Cron.last_at_or_before` as a pure value: tenants' schedules share a few
     timings, and a health survey asks each of them about the same instant."""
@@ -509,8 +522,13 @@ Schedule: TypeAlias = Cron | Every | At
 def cron(expr: str, tz: str = "UTC", *, jitter: float | timedelta = 0) -> Cron:
     """A cron schedule in zone ``tz``; raises InvalidSchedule naming ``expr``/``tz``/``jitter``.
 
-    Five fields (lists, ranges, steps, month/day names, day-of-week 0-7, ``L``, ``W``,
-    ``#``) or one of @yearly @annually @monthly @weekly @daily @midnight @hourly.
+    Five fields (minute hour day-of-month month day-of-week) with lists, ranges, steps,
+    month and day names and day-of-week 0-7 (0 and 7 are Sunday), the extensions ``L``
+    (``L``: the month's last day; ``5L``: its last Friday), ``LW`` (its last weekday) and
+    ``#`` (``MON#2``: its second Monday); or one of @yearly @annually @monthly @weekly
+    @daily @midnight @hourly. The nearest weekday to a day, ``15W``, is not supported:
+    ``cron("0 9 15W * *")`` raises InvalidSchedule ``expr '0 9 15W * *': '15W' (the
+    weekday nearest a day) is not supported; 'LW' (the last weekday of the month) is``.
     """
     return Cron(expr, tz, jitter=jitter)
 
@@ -523,8 +541,11 @@ def every(
 ) -> Every:
     """An elapsed-time schedule: ``anchor + k * interval`` (default anchor: the Unix epoch).
 
-    ``interval`` is a whole number of seconds, at least 1; ``anchor`` must be aware;
-    ``0 <= jitter < interval``. Anything else raises InvalidSchedule naming the field.
+    ``interval`` is a whole number of seconds, at least 1: an ``int``, a ``float`` with
+    nothing after the point (``60.0``) or a ``timedelta`` of whole seconds. Each fire has
+    its own second-precision key, so ``every(1.5)`` raises InvalidSchedule naming
+    ``interval``. ``anchor`` must be aware; ``0 <= jitter < interval``. Anything else
+    raises InvalidSchedule naming the field.
     """
     return Every(interval, anchor=anchor, jitter=jitter)
 

@@ -198,6 +198,28 @@ def test_bad_expressions_are_refused_naming_expr(expr: str) -> None:
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("expr", "part"),
+    [("0 9 15W * *", "15W"), ("0 9 1,15w * *", "15w"), ("0 9 W * *", "W")],
+)
+def test_the_nearest_weekday_is_refused_by_name(expr: str, part: str) -> None:
+    # LW (the last weekday of the month) is accepted: see test_field_syntax.
+    with pytest.raises(InvalidSchedule) as info:
+        cron(expr)
+    assert info.value.field == "expr"
+    assert str(info.value) == (
+        f"expr {expr!r}: {part!r} (the weekday nearest a day) is not supported; "
+        "'LW' (the last weekday of the month) is"
+    )
+
+
+def test_crons_docstring_quotes_the_nearest_weekday_refusal() -> None:
+    with pytest.raises(InvalidSchedule) as info:
+        cron("0 9 15W * *")
+    docstring = " ".join((cron.__doc__ or "").replace("``", "").split())
+    assert str(info.value) in docstring
+
+
 def test_non_string_expression_is_refused() -> None:
     with pytest.raises(InvalidSchedule) as info:
         cron(5)  # type: ignore[arg-type]
