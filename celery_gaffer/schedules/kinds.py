@@ -259,7 +259,7 @@ def _state(is_due: bool, next_seconds: float) -> tuple[bool, float]:
 class Cron(GafferSchedule):
     """A five-field cron expression matched against wall-clock time in an IANA zone.
 
-    Build it with :func:`cron`. DST follows the rules of docs/dst.md.
+    Build it with ``cron``. DST follows Debian cron's rules (the DST rules page).
     """
 
     def __init__(
@@ -316,13 +316,13 @@ class Cron(GafferSchedule):
         return self._engine.fires_after(after)
 
     def next_after(self, t: datetime) -> datetime | None:
-        """The first fire strictly after ``t`` (see :meth:`GafferSchedule.next_after`),
-        computed once per expression, zone and instant."""
+        """The first fire strictly after ``t`` (aware, any zone), as aware UTC; None when
+        there is none within 50 years. Computed once per expression, zone and instant."""
         return _next_cron_fire(self._expr, self._tz, aware_utc(t, "t"))
 
     def last_at_or_before(self, t: datetime) -> datetime | None:
-        """The latest fire ``f <= t`` (see :meth:`GafferSchedule.last_at_or_before`),
-        computed once per expression, zone and instant."""
+        """The latest fire ``f <= t`` (aware, any zone), as aware UTC; None when there is
+        none within 60 years. Computed once per expression, zone and instant."""
         return _last_cron_fire(self._expr, self._tz, aware_utc(t, "t"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -367,7 +367,7 @@ def _shortest_gap(fields: str, tz: str, fixed_time: bool) -> float | None:
 class Every(GafferSchedule):
     """Elapsed time: fires at ``anchor + k * interval`` for every integer ``k``.
 
-    The anchor only sets the phase (fires before it exist too). Build it with :func:`every`.
+    The anchor only sets the phase (fires before it exist too). Build it with ``every``.
     """
 
     def __init__(
@@ -452,7 +452,7 @@ class Every(GafferSchedule):
 
 
 class At(GafferSchedule):
-    """Fires once, at ``when`` (django-celery-beat's clocked one-off). Build it with :func:`at`.
+    """Fires once, at ``when`` (django-celery-beat's clocked one-off). Build it with ``at``.
 
     ``when`` is kept to the second, rounded up (a fire is never before the instant asked
     for); ``tz`` is the zone it was given in (an IANA zone, else UTC), for display only.
@@ -509,8 +509,9 @@ Schedule: TypeAlias = Cron | Every | At
 def cron(expr: str, tz: str = "UTC", *, jitter: float | timedelta = 0) -> Cron:
     """A cron schedule in zone ``tz``; raises InvalidSchedule naming ``expr``/``tz``/``jitter``.
 
-    Five fields (lists, ranges, steps, month/day names, day-of-week 0-7, ``L``, ``W``,
-    ``#``) or one of @yearly @annually @monthly @weekly @daily @midnight @hourly.
+    Five fields (lists, ranges, steps, month/day names, day-of-week 0-7, ``L`` and ``5L``,
+    ``LW``, ``#``; ``W`` after a day number is refused) or one of @yearly @annually
+    @monthly @weekly @daily @midnight @hourly.
     """
     return Cron(expr, tz, jitter=jitter)
 
@@ -523,7 +524,8 @@ def every(
 ) -> Every:
     """An elapsed-time schedule: ``anchor + k * interval`` (default anchor: the Unix epoch).
 
-    ``interval`` is a whole number of seconds, at least 1; ``anchor`` must be aware;
+    ``interval`` is a whole number of seconds, at least 1 (``60``, ``60.0`` or a
+    ``timedelta``; ``1.5`` is refused); ``anchor`` must be aware;
     ``0 <= jitter < interval``. Anything else raises InvalidSchedule naming the field.
     """
     return Every(interval, anchor=anchor, jitter=jitter)
