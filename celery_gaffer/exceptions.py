@@ -1,6 +1,6 @@
 """The exceptions celery-gaffer raises.
 
-Every one derives from :class:`GafferError`. Each class's docstring is its default
+Every one derives from ``GafferError``. Each class's docstring is its default
 message; ``field`` names the offending input (a setting key, a schedule field) when
 there is one. A driver's error is kept as ``__cause__``.
 """

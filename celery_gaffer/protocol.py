@@ -235,7 +235,7 @@ class FireHeaders:
     """The message headers of a fire sent by the Gaffer scheduler.
 
     Celery copies message headers onto the task's request, so a worker reads them back
-    with :meth:`of`. A retry keeps them (:meth:`as_headers` of the request's own).
+    with ``of``. A retry keeps them (``as_headers`` of the request's own).
     """
 
     schedule: str | None = None

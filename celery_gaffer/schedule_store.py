@@ -75,8 +75,8 @@ class ScheduleStore:
         ``watermark_at`` (aware, not after now) starts a new schedule from that instant
         instead, as if it had last fired then: its catch-up policy decides about the fires
         since (an importer passes the old scheduler's last run). A replaced schedule keeps
-        its own watermark. Raises :class:`ScheduleExists` for an existing name unless
-        ``replace=True``, and a :class:`GafferError` naming the field for bad input.
+        its own watermark. Raises ``ScheduleExists`` for an existing name unless
+        ``replace=True``, and a ``GafferError`` naming the field for bad input.
         """
         spec = self._validate(
             name=name,
@@ -152,7 +152,9 @@ class ScheduleStore:
         return added
 
     def update(self, name: str, **changes: Unpack[ScheduleChanges]) -> StoredSchedule:
-        """Change only the given fields of ``name`` (see :class:`ScheduleChanges`).
+        """Change only the given fields of ``name``: ``task``, ``schedule``, ``cron``,
+        ``every``, ``tz``, ``jitter``, ``args``, ``kwargs``, ``options``, ``gaffer`` (merged
+        into the current options).
 
         Everything is validated, with ``add``'s rules, before one transaction writes the
         row. A paused schedule stays paused (``pause`` and ``resume`` change that, not
@@ -167,7 +169,7 @@ class ScheduleStore:
         say), but Beat's next start puts back what ``app.conf.beat_schedule`` says: change
         it there to keep the change.
 
-        Raises :class:`ScheduleNotFound`, and a :class:`GafferError` naming the field for
+        Raises ``ScheduleNotFound``, and a ``GafferError`` naming the field for
         bad input; nothing is written then.
         """
         _check_editable(changes)
@@ -180,7 +182,7 @@ class ScheduleStore:
             return self._get(conn, name)
 
     def pause(self, name: str) -> StoredSchedule:
-        """Stop firing ``name`` until :meth:`resume`; fires while paused are never sent."""
+        """Stop firing ``name`` until ``resume``; fires while paused are never sent."""
         return self._set_enabled(name, False)
 
     def resume(self, name: str) -> StoredSchedule:
@@ -227,7 +229,7 @@ class ScheduleStore:
     # -- previews: what an operation will do, by its own rules; nothing is written -------
 
     def preview_resume(self, name: str) -> Preview:
-        """What :meth:`resume` would do now: the next fires, and how many fires that fell
+        """What ``resume`` would do now: the next fires, and how many fires that fell
         while ``name`` was paused (or in error) it does not send. Raises what ``resume``
         raises (a schedule still in error, say)."""
         now = self._clock()
@@ -249,7 +251,7 @@ class ScheduleStore:
     def preview_backfill(
         self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
     ) -> Preview:
-        """What :meth:`backfill` would do now: the fires it sends (the first 20) and how
+        """What ``backfill`` would do now: the fires it sends (the first 20) and how
         many of the range the ledger has already. Raises what ``backfill`` raises."""
         now = self._clock()
         with self.database.read() as conn:
@@ -260,7 +262,7 @@ class ScheduleStore:
         return backfill_preview(name, schedule, start, end, sent, len(nominals) - len(sent))
 
     def preview_update(self, name: str, **changes: Unpack[ScheduleChanges]) -> Preview:
-        """What ``name`` would be after :meth:`update` now: its timing and next fires.
+        """What ``name`` would be after ``update`` now: its timing and next fires.
         Validates exactly as ``update`` does and raises the same errors."""
         _check_editable(changes)
         now = self._clock()
@@ -278,7 +280,7 @@ class ScheduleStore:
     # -- reading --------------------------------------------------------------------
 
     def get(self, name: str) -> StoredSchedule:
-        """The schedule named ``name``, or :class:`ScheduleNotFound`."""
+        """The schedule named ``name``, or ``ScheduleNotFound``."""
         with self.database.read() as conn:
             return self._get(conn, name)
 

@@ -44,7 +44,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     A condition Beat cannot start with (an invalid setting, a database that is missing,
     not migrated, at an unknown revision, read-only, or refusing its role) is logged as
     one CRITICAL line naming the cause and the fix, then ``SystemExit(2)`` is raised
-    with the :class:`~celery_gaffer.GafferError` as its ``__cause__``: ``celery beat``
+    with the ``GafferError`` as its ``__cause__``: ``celery beat``
     exits with status 2 and no traceback.
     """
 

@@ -2,16 +2,16 @@
 
 Connect a receiver to page someone:
 
-.. code-block:: python
+```python
+from celery_gaffer.signals import job_late
 
-    from celery_gaffer.signals import job_late
-
-    @job_late.connect
-    def page(sender, health, **kwargs):
-        ...
+@job_late.connect
+def page(sender, health, **kwargs):
+    ...
+```
 
 Each is sent once per change of a schedule's state, with ``health`` (a
-:class:`celery_gaffer.beat.health.Health`) and ``previous`` (the state word before).
+``Health``) and ``previous`` (the state word before).
 """
 
 from __future__ import annotations

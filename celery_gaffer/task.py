@@ -69,7 +69,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     Class attributes (also accepted as ``@app.task(...)`` options):
 
     * ``gaffer_key``: a ``str.format`` template over the bound arguments, e.g.
-      ``"invoice.settled:{invoice_id}"`` (or override :meth:`idempotency_key`).
+      ``"invoice.settled:{invoice_id}"`` (or override ``idempotency_key``).
     * ``gaffer_overlap``: ``"allow"`` (default), ``"forbid"`` (a run that finds another
       live run is recorded ``skipped``, or waits ``gaffer_overlap_wait`` seconds first)
       or ``"replace"`` (the new run takes the lease over; the old run's writes fail).
@@ -199,8 +199,8 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
 
         Its commit checks the fence of every lease the run holds and completes the
         run's key, in the same transaction as the block's writes: a stale fence rolls it
-        back with :class:`FenceLost`, a key completed by another run with
-        :class:`AlreadyProcessed` (the run then ends ``duplicate``).
+        back with ``FenceLost``, a key completed by another run with
+        ``AlreadyProcessed`` (the run then ends ``duplicate``).
         """
         run = require_run()
         session = fenced_sessions(run.database.engine)(info=run_info(run))
@@ -215,7 +215,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
-        """A Core connection in a transaction, sealed like :meth:`session` on commit."""
+        """A Core connection in a transaction, sealed like ``session`` on commit."""
         run = require_run()
         listen_for_seals(run.database.engine)
         with run.database.engine.connect() as conn:
@@ -228,8 +228,8 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     def lease(self, name: str, ttl: float | None = None) -> Iterator[Lease]:
         """Hold the fenced lease ``name`` (renewed in the background) for the block.
 
-        Raises :class:`LeaseHeld` when another live holder has it. While held, every
-        :meth:`session` commit of this run is fenced by it.
+        Raises ``LeaseHeld`` when another live holder has it. While held, every
+        ``session`` commit of this run is fenced by it.
         """
         run = require_run()
         lease = self._take(run, name, ttl=ttl)
@@ -315,7 +315,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         return database_for(self.app)
 
     def gaffer_delivery_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        """The run's key: the fire's (a scheduled run), else :meth:`idempotency_key`'s."""
+        """The run's key: the fire's (a scheduled run), else ``idempotency_key``'s."""
         fire_key = Delivery.of(self.request).headers.key
         key = fire_key if fire_key else self.idempotency_key(*args, **kwargs)
         return None if key is None else validate_key(key)

@@ -28,7 +28,7 @@ def install(app: Any) -> None:
     while Celery imports the app module, where an error reaches the user as Celery's
     "Unable to load celery application" traceback. A worker or Beat started with a bad
     setting ends with one line naming the key and exit status 2, as the CLI's commands
-    do; anywhere else the first use raises :class:`~celery_gaffer.ConfigurationError`.
+    do; anywhere else the first use raises ``ConfigurationError``.
     """
     if _installed.get(id(app)) is app:
         return

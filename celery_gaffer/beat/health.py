@@ -45,7 +45,12 @@ ALERT_STATES = (*STORED_HEALTH, State.ERROR)
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """A schedule's state word and the facts behind it."""
+    """A schedule's state word and the facts behind it.
+
+    ``state`` is ``ok``, ``late``, ``failing``, ``paused`` or ``error``;
+    ``due_nominal_at`` is the fire that is late, ``consecutive_failures`` the failed
+    runs in a row, ``error`` why the schedule is in error (else None).
+    """
 
     schedule: str
     state: str  # a Health word: ok | late | failing | paused | error

@@ -218,8 +218,18 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The ``gaffer`` options of ``add`` and ``update``, passed to the command as keyword
     arguments that :func:`policy_of` turns into the ``gaffer`` dict."""
     options = [
-        click.option("--catchup", type=click.Choice(CATCHUP_POLICIES), default=None),
-        click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=None),
+        click.option(
+            "--catchup",
+            type=click.Choice(CATCHUP_POLICIES),
+            default=None,
+            help="Which fires missed while no Beat ran are sent (a new schedule: latest).",
+        ),
+        click.option(
+            "--overlap",
+            type=click.Choice(OVERLAP_POLICIES),
+            default=None,
+            help="Whether the schedule's runs may overlap (a new schedule: allow).",
+        ),
         click.option(
             "--starting-deadline", type=float, default=None, help="Seconds; older fires are missed."
         ),

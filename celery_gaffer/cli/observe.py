@@ -89,7 +89,9 @@ def status(ctx: click.Context, as_json: bool, problems: bool, in_utc: bool) -> N
 @gaffer.command()
 @click.option("--schedule", "schedule_name", default=None, help="Only this schedule's runs.")
 @click.option("--scheduled", is_flag=True, help="Only runs of schedules (not ad-hoc tasks).")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs to show."
+)
 @click.option("--wide", is_flag=True, help="Also TASK ID, FENCE, WORKER, times and ATTEMPT.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, every column.")
 @utc_option

@@ -204,7 +204,13 @@ _TIME_HELP = (
 @click.argument("name")
 @click.option("--from", "start", required=True, metavar="TIME", help=f"Exclusive. {_TIME_HELP}.")
 @click.option("--to", "end", required=True, metavar="TIME", help="Inclusive; not in the future.")
-@click.option("--limit", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Refuse a range of more fires than this.",
+)
 @dry_run_option
 @click.pass_context
 @gaffer_errors

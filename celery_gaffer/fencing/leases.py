@@ -29,8 +29,9 @@ from ..store.database import is_lock_timeout
 class Lease:
     """A lease held by this process: its fence fences every write made under it.
 
-    ``token`` is the fence as acquired. On PostgreSQL it may not be durable yet (see the
-    module's notes); :attr:`fence` makes it durable before handing it out.
+    ``token`` is the fence as acquired. On PostgreSQL it may not be durable yet (a crash
+    of the server can lose the acquisition); ``fence`` makes it durable before handing
+    it out.
     """
 
     def __init__(
@@ -59,8 +60,8 @@ class Lease:
         """The fencing token, durable: no other holder can ever be given the same one.
 
         Read it to tag writes made outside the run's fenced sessions. On PostgreSQL the
-        first read before the run's first fenced commit runs :meth:`check` (one round
-        trip that waits for the disk), and so raises :class:`FenceLost` if the lease is
+        first read before the run's first fenced commit runs ``check`` (one round
+        trip that waits for the disk), and so raises ``FenceLost`` if the lease is
         no longer this run's.
         """
         if not self.durable:
@@ -68,7 +69,7 @@ class Lease:
         return self.token
 
     def check(self) -> None:
-        """Raise :class:`FenceLost` unless the fence is still current (a locking read)."""
+        """Raise ``FenceLost`` unless the fence is still current (a locking read)."""
         if self.lost:
             raise FenceLost(f"lease {self.name!r}: renewal failed; the lease was taken over")
         with self.client.database.begin() as conn:

@@ -259,7 +259,7 @@ def _state(is_due: bool, next_seconds: float) -> tuple[bool, float]:
 class Cron(GafferSchedule):
     """A five-field cron expression matched against wall-clock time in an IANA zone.
 
-    Build it with :func:`cron`. DST follows the rules of docs/dst.md.
+    Build it with ``cron``. DST follows Debian cron's rules (the DST rules page).
     """
 
     def __init__(
@@ -317,13 +317,13 @@ class Cron(GafferSchedule):
         return self._engine.fires_after(after)
 
     def next_after(self, t: datetime) -> datetime | None:
-        """The first fire strictly after ``t`` (see :meth:`GafferSchedule.next_after`),
-        computed once per expression, zone and instant."""
+        """The first fire strictly after ``t`` (aware, any zone), as aware UTC; None when
+        there is none within 50 years. Computed once per expression, zone and instant."""
         return _next_cron_fire(self._expr, self._tz, aware_utc(t, "t"))
 
     def last_at_or_before(self, t: datetime) -> datetime | None:
-        """The latest fire ``f <= t`` (see :meth:`GafferSchedule.last_at_or_before`),
-        computed once per expression, zone and instant."""
+        """The latest fire ``f <= t`` (aware, any zone), as aware UTC; None when there is
+        none within 60 years. Computed once per expression, zone and instant."""
         return _last_cron_fire(self._expr, self._tz, aware_utc(t, "t"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -380,7 +380,7 @@ def _shortest_gap(fields: str, tz: str, fixed_time: bool) -> float | None:
 class Every(GafferSchedule):
     """Elapsed time: fires at ``anchor + k * interval`` for every integer ``k``.
 
-    The anchor only sets the phase (fires before it exist too). Build it with :func:`every`.
+    The anchor only sets the phase (fires before it exist too). Build it with ``every``.
     """
 
     def __init__(
@@ -465,7 +465,7 @@ class Every(GafferSchedule):
 
 
 class At(GafferSchedule):
-    """Fires once, at ``when`` (django-celery-beat's clocked one-off). Build it with :func:`at`.
+    """Fires once, at ``when`` (django-celery-beat's clocked one-off). Build it with ``at``.
 
     ``when`` is kept to the second, rounded up (a fire is never before the instant asked
     for); ``tz`` is the zone it was given in (an IANA zone, else UTC), for display only.

@@ -62,8 +62,7 @@ class StoredSchedule:
 
     @property
     def finished(self) -> bool:
-        """Enabled, readable and without error, but its bounds leave it nothing to fire
-        (:func:`~celery_gaffer.schedules.watermarks.done`)."""
+        """Enabled, readable and without error, but its bounds leave it nothing to fire."""
         return watermarks.done(self.standing)
 
     def bounds_json(self) -> dict[str, Any]:
