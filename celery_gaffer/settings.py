@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from .exceptions import ConfigurationError, GafferConfigWarning
+from .runtime import runtime
 
 DEFAULT_DATABASE_URL = "sqlite:///gaffer.sqlite3"
 _PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,29}$")
@@ -129,7 +130,8 @@ def forget_settings(app: Any) -> None:
     _cache.pop(app, None)
 
 
-_warned: set[str] = set()
+class WarnedKeys(set[str]):
+    """The unknown ``gaffer_*`` keys this process already warned about."""
 
 
 def warn_unknown_keys(conf: Mapping[str, Any]) -> None:
@@ -145,12 +147,13 @@ def warn_unknown_keys(conf: Mapping[str, Any]) -> None:
     finalize = getattr(conf, "finalize", None)
     if callable(finalize):  # Celery's Settings: load the configuration, namespace included
         finalize()
+    warned = runtime().part("warned_setting_keys", WarnedKeys)
     namespace = getattr(conf, "prefix", None) or ""
     readable = set(SETTING_KEYS)
     if namespace:
         readable.update(_in_case(namespace + key, namespace) for key in SETTING_KEYS)
     for key in list(conf):
-        if not isinstance(key, str) or key in readable or key in _warned:
+        if not isinstance(key, str) or key in readable or key in warned:
             continue
         name = key.lower()
         written_in_namespace = bool(namespace) and name.startswith(namespace.lower())
@@ -158,7 +161,7 @@ def warn_unknown_keys(conf: Mapping[str, Any]) -> None:
             name = name[len(namespace) :]
         if not name.startswith("gaffer_"):
             continue
-        _warned.add(key)
+        warned.add(key)
         # Compared without the shared ``gaffer_``, which would make every key look close.
         close = difflib.get_close_matches(name[7:], [known[7:] for known in SETTING_KEYS], n=1)
         if close:
