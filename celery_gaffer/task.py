@@ -41,7 +41,13 @@ from .fencing.batches import BatchReport, run_batches
 from .fencing.context import RunContext, current_run, require_run
 from .fencing.leases import Lease
 from .fencing.overlap import Wanted
-from .fencing.sessions import fenced_sessions, listen_for_seals, run_info, seal_at_commit
+from .fencing.sessions import (
+    fenced_sessions,
+    forbid_unsealed_commits,
+    listen_for_seals,
+    run_info,
+    seal_at_commit,
+)
 from .protocol import FireHeaders, KeyState, Overlap, RunState
 from .runs.delivery import Delivery, DeliveryPolicy
 from .runs.flower import announce, progress_fields
@@ -215,12 +221,23 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
-        """A Core connection in a transaction, sealed like ``session`` on commit."""
+        """A Core connection in a transaction, sealed like ``session`` on commit.
+
+        The block's end commits it; a commit of the connection inside the block raises
+        ``GafferError`` (it could not be sealed), and so does a block that ended the
+        transaction itself (``conn.rollback()``).
+        """
         run = require_run()
         listen_for_seals(run.database.engine)
         with run.database.engine.connect() as conn:
-            with conn.begin():
+            forbid_unsealed_commits(conn)
+            with conn.begin() as transaction:
                 yield conn
+                if not transaction.is_active:
+                    raise GafferError(
+                        "self.connection(): the block ended its transaction itself; its "
+                        "commit is made, and sealed, when the block ends"
+                    )
                 claimed = seal_at_commit(conn, run, "complete")
             run.sealed("complete" if claimed else None)
 

@@ -188,6 +188,8 @@ def _environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
+    # Output is compared: a dependency's deprecation notice is not the program's.
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning,ignore::PendingDeprecationWarning"
     env["COLUMNS"] = "200"
     return env
 

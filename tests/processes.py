@@ -20,6 +20,8 @@ def project_env(project_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = os.pathsep.join([str(project_dir), str(ROOT)])
     env["PYTHONUNBUFFERED"] = "1"
+    # Output is compared: a dependency's deprecation notice is not the program's.
+    env["PYTHONWARNINGS"] = "ignore::DeprecationWarning,ignore::PendingDeprecationWarning"
     env.update(extra)
     return env
 

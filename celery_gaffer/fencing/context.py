@@ -128,7 +128,8 @@ class RunContext:
         return SealPlan(tuple(self.leases), key, self.task_id, self.token, claim == "complete")
 
     def sealed(self, claim: str | None) -> None:
-        """A commit sealed by :meth:`seal` succeeded (``claim``: what it did to the key).
+        """A sealed commit succeeded (``claim``: what it did to the key; see
+        :func:`~.sessions.seal_at_commit`).
 
         The commit was durable, and so is every acquisition of the run's leases before it.
         """

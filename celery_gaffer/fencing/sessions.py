@@ -22,8 +22,10 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from ..exceptions import GafferError
 from ..runtime import runtime
 from ..store.models import Models
+from ..store.pipelined import roll_back_refused_commit
 from .context import RunContext
 from .seal import SealPlan
 
@@ -60,8 +62,10 @@ def _before_commit(session: Session) -> None:
         return
     session.flush()
     claim = session.info.get(CLAIM_INFO, "complete")
-    if seal_at_commit(session.connection(), run, claim):
-        session.info["gaffer_claimed"] = claim
+    # Read by after_commit, which follows only a commit whose seal held: set on every
+    # commit, so that a refused one leaves nothing for the next.
+    claims = seal_at_commit(session.connection(), run, claim)
+    session.info["gaffer_claimed"] = claim if claims else None
 
 
 def _after_commit(session: Session) -> None:
@@ -77,8 +81,9 @@ def run_info(run: RunContext, claim: str | None = "complete") -> dict[str, Any]:
     return {RUN_INFO: run, CLAIM_INFO: claim}
 
 
-class PendingSeals(WeakKeyDictionary[Connection, tuple[SealPlan, Models]]):
-    """Seals planned for the next commit of a connection (forgotten with it)."""
+class PendingSeals(WeakKeyDictionary[Connection, tuple[SealPlan, Models] | None]):
+    """Seals planned for the next commit of a connection (forgotten with it); None: the
+    connection may not commit before one is planned."""
 
 
 def listen_for_seals(engine: Engine) -> None:
@@ -98,8 +103,26 @@ def seal_at_commit(conn: Connection, run: RunContext, claim: str | None) -> bool
     return plan.claims
 
 
+def forbid_unsealed_commits(conn: Connection) -> None:
+    """Refuse a commit of ``conn`` (with GafferError) until a seal is planned for it:
+    ``conn``'s engine must be listened to (:func:`listen_for_seals`)."""
+    runtime().part("pending_seals", PendingSeals)[conn] = None
+
+
 def _seal_pending(conn: Connection) -> None:
-    planned = runtime().part("pending_seals", PendingSeals).pop(conn, None)
-    if planned is not None:
+    pending = runtime().part("pending_seals", PendingSeals)
+    if conn not in pending:
+        return
+    planned = pending.pop(conn)
+    try:
+        if planned is None:
+            pending[conn] = None  # still refused until the block's own commit
+            raise GafferError(
+                "self.connection(): commit inside the block is refused (it could not be "
+                "sealed); the block commits, sealed, when it ends"
+            )
         plan, models = planned
         plan.execute(conn, models, commit=True)
+    except BaseException:
+        roll_back_refused_commit(conn)
+        raise

@@ -150,13 +150,22 @@ def commit_with(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, A
     try:
         _send(conn, statements, then_commit=False)()
     except BaseException:
-        if not conn.invalidated:
-            driver: Any = conn.connection.driver_connection
-            try:
-                driver.rollback()
-            except Exception:  # noqa: BLE001 - the commit's own error is the one raised
-                conn.invalidate()
+        roll_back_refused_commit(conn)
         raise
+
+
+def roll_back_refused_commit(conn: Connection) -> None:
+    """Roll back the driver's transaction of ``conn``, whose commit was refused before
+    its ``COMMIT`` reached the server (from SQLAlchemy's ``commit`` event): SQLAlchemy
+    does not roll back a connection whose commit failed, and the pool would take it back
+    with the transaction open. A connection that cannot roll back is invalidated."""
+    if conn.invalidated:
+        return
+    driver: Any = conn.connection.driver_connection
+    try:
+        driver.rollback()
+    except Exception:  # noqa: BLE001 - the commit's own error is the one raised
+        conn.invalidate()
 
 
 def _send(

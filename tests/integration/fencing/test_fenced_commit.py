@@ -15,7 +15,7 @@ from sqlalchemy import event, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from celery_gaffer import FenceLost, GafferTask
+from celery_gaffer import FenceLost, GafferError, GafferTask
 from celery_gaffer.exceptions import DatabaseUnavailable
 from celery_gaffer.fencing.leases import LeaseClient
 from celery_gaffer.store import database_for
@@ -275,3 +275,68 @@ def test_fenced_sessions_leave_the_engine_and_its_dialect_as_they_were(pg_app: C
     for name in ("rollback", "begin"):
         assert not getattr(engine.dispatch, name), name
     assert len([statement for statement in sent if "gaffer_seal(" in statement]) == 1
+
+
+@pytest.mark.parametrize("ends", ["commit", "rollback"])
+def test_a_core_block_that_ends_its_transaction_itself_is_refused_and_writes_nothing(
+    app: Celery, ends: str
+) -> None:
+    """``self.connection()`` commits, sealed, when its block ends: a commit inside the
+    block is refused (it could not be sealed), and so is a block that rolled back itself;
+    the key stays unclaimed, so a later delivery still does the work."""
+    database = database_for(app)
+    drivers: list[Any] = []
+    table = Mark.__table__
+
+    @app.task(base=GafferTask, bind=True, shared=False, gaffer_key="core", name="t.core")
+    def task(self: GafferTask) -> None:
+        with self.connection() as conn:
+            conn.execute(table.insert().values(label="inside"))
+            drivers.append(conn.connection.driver_connection)
+            getattr(conn, ends)()
+
+    result = task.apply()
+    assert isinstance(result.result, GafferError), result.result
+    assert "self.connection()" in str(result.result)
+    assert marks(app) == []
+    with database.read() as conn:
+        assert key_state(conn, database.models, "core") is None
+    (driver,) = drivers
+    if database.engine.dialect.name == "sqlite":
+        assert not driver.in_transaction
+    else:
+        assert driver.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_refused_sqlite_commit_leaves_no_transaction_open_for_the_pool(
+    sqlite_url: str,
+) -> None:
+    """On SQLite the seal's refusal comes from SQLAlchemy's commit event, before the
+    COMMIT: a session only closed after it (as ``run_batches`` does) still hands the pool
+    a connection with no transaction open."""
+    from celery_gaffer.fencing.context import current_run
+    from celery_gaffer.fencing.sessions import fenced_sessions, run_info
+
+    app = marks_app(sqlite_url, "fenced-commit-sqlite")
+    database = database_for(app)
+    drivers: list[Any] = []
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.sqlite_refused")
+    def task(self: GafferTask) -> None:
+        with self.lease("sqlite-refused", ttl=30):
+            LeaseClient(database).acquire("sqlite-refused", "thief", 30, steal=True)
+            run = current_run.get()
+            assert run is not None
+            with fenced_sessions(database.engine)(info=run_info(run)) as session:
+                session.add(Mark(label="refused"))
+                session.flush()
+                drivers.append(session.connection().connection.driver_connection)
+                with pytest.raises(FenceLost):
+                    session.commit()
+                # Rolled back at the refusal: the database's write lock is free at once.
+                assert not drivers[0].in_transaction
+
+    result = task.apply()
+    assert result.successful(), result.result
+    assert marks(app) == []
+    app.close()
