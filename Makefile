@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The lowest supported versions of the dependencies (constraints/lowest.txt) get a venv of their own.
+# The lowest supported versions of the dependencies get a venv of their own: constraints/lowest.py
+# picks the pins for the Python that builds it (lowest.txt, or lowest-py<XY>.txt where a floor
+# has no wheel for that Python).
 LOWEST_VENV ?= .venv-lowest
 LOWEST_BIN := $(LOWEST_VENV)/bin
 LOWEST_STAMP := $(LOWEST_VENV)/.installed
@@ -11,7 +13,7 @@ LOWEST_STAMP := $(LOWEST_VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: install test test-fast test-lowest lint format typecheck check clean demo docs chaos chaos-short bench-web bench-status
+.PHONY: install test test-fast test-lowest test-pythons lint format typecheck check clean demo docs chaos chaos-short bench-web bench-status
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,11 +23,11 @@ $(STAMP): pyproject.toml
 
 # Built from scratch whenever the pins change: upgrading in place would leave behind
 # packages that the new pins no longer bring.
-$(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
+$(LOWEST_STAMP): pyproject.toml $(wildcard constraints/lowest*)
 	rm -rf $(LOWEST_VENV)
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_BIN)/python -m pip install --quiet --upgrade pip
-	$(LOWEST_BIN)/python -m pip install --quiet -c constraints/lowest.txt -e '.[web,test]'
+	$(LOWEST_BIN)/python constraints/lowest.py --pip-install --quiet -e '.[web,test]'
 	touch $(LOWEST_STAMP)
 
 $(DEMO_STAMP): pyproject.toml
@@ -44,9 +46,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/dst $(PYTEST_ARGS)
 
-## Unit and integration tests on the lowest supported dependency versions (constraints/lowest.txt).
+## Unit and integration tests on the lowest supported dependency versions (constraints/, for $(PYTHON)).
 test-lowest: $(LOWEST_STAMP)
 	$(LOWEST_BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
+
+## Unit and integration tests on the oldest and the newest supported Python, side by side:
+## 3.10 on the lowest pins, 3.13 on the newest releases (.ci/pythons; venvs .venv-py310, .venv-py313).
+test-pythons:
+	bash .ci/pythons $(PYTHONS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

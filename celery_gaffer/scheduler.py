@@ -221,6 +221,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 # Beats of this process that froze the garbage collector's view of start-up objects.
 _freezers = 0
 _freezers_lock = threading.Lock()
+# At most what the interpreter keeps frozen by itself: CPython 3.12 starts with its built-in
+# types' immortal base and MRO tuples frozen (375 on 3.12.1), other versions with none. A
+# process that froze its own objects froze every object alive then: thousands at least.
+_INTERPRETER_FROZEN = 1_000
 
 
 def _freeze() -> bool:
@@ -231,7 +235,7 @@ def _freeze() -> bool:
     global _freezers
     with _freezers_lock:
         if _freezers == 0:
-            if gc.get_freeze_count():
+            if gc.get_freeze_count() > _INTERPRETER_FROZEN:
                 return False  # the host process manages its own freeze
             gc.collect()
             gc.freeze()

@@ -291,3 +291,19 @@ def test_the_last_beat_to_close_gives_the_frozen_objects_back(app: Celery) -> No
         first.close()
         second.close()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_own_objects_keeps_them_frozen(app: Celery) -> None:
+    gc.collect()
+    gc.freeze()  # the host's own, before Beat starts (as a pre-forking server does)
+    try:
+        frozen = gc.get_freeze_count()
+        beat = Scheduler(app)
+        try:
+            assert beat._tick_state.held_sender.threaded
+        finally:
+            beat.close()
+        # Beat neither froze on top nor gave the host's objects back to the collector.
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()

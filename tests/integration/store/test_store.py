@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, select, text, update
+from sqlalchemy import bindparam, inspect, select, text, update
 
 from celery_gaffer.settings import GafferSettings, parse_database_url
 from celery_gaffer.store import (
@@ -22,6 +22,7 @@ from celery_gaffer.store import (
     partitions,
 )
 from celery_gaffer.store.database import Database
+from celery_gaffer.store.types import UTCDateTime
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -98,7 +99,7 @@ def test_the_bounds_migration_keeps_existing_schedules_and_counts_from_zero(
                 "consecutive_failures, created_at, updated_at) VALUES ('old', 't', "
                 "'{\"kind\": \"every\", \"interval\": 60}', '[]', '{}', '{}', 'latest', "
                 "'allow', :yes, 'db', :now, 'ok', 0, :now, :now)"
-            ),
+            ).bindparams(bindparam("now", type_=UTCDateTime())),
             {"now": now, "yes": True},
         )
     assert migrate(engine, "gaffer_", to="0003") == ("0002", "0003")
@@ -138,6 +139,9 @@ def _child_engine_report(url: str, parent_engine_id: int, queue: Any) -> None:
     queue.put((id(engine) != parent_engine_id, value, os.getpid()))
 
 
+# Python 3.12+ warns on every fork of a process with threads; this one forks on purpose,
+# as Celery's prefork pool does.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_gets_its_own_engine(database_url: str) -> None:
     engine = get_engine(parse_database_url(database_url))
     with engine.connect() as conn:
