@@ -70,7 +70,7 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) $(LOWEST_VENV) $(DEMO_VENV) build *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST_VENV) $(DEMO_VENV) .venv-py3* build *.egg-info .mypy_cache .ruff_cache
 
 ## The example project on the embedded default (SQLite + filesystem broker): no servers.
 demo: $(DEMO_STAMP)
