@@ -9,7 +9,8 @@ What a page writes, and what this runner does with it:
   written into the folder, not run.
 * ```` ```console ```` and ```` ```bash ```` blocks are shell commands, run one by one in
   the folder, with this interpreter's ``bin`` folder first on ``PATH`` (so ``celery`` and
-  ``python`` are the ones under test). In a block whose lines start with ``$ ``, those
+  ``python`` are the ones under test; ``GAFFER_DOCS_BIN`` names another, such as a venv
+  holding the built wheel). In a block whose lines start with ``$ ``, those
   lines are the commands and the lines under each are its output, compared line by line
   (trailing spaces ignored; a line ``...`` stands for any number of lines); a command
   shown without output must exit 0. In a block without ``$ ``, every line is a command
@@ -35,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -186,7 +188,14 @@ def _in_folder(folder: Path) -> Iterator[None]:
 
 def _environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # GAFFER_DOCS_BIN: the bin folder of another install to follow the pages with (the
+    # built wheel in a fresh venv, as a new user would have it; .ci/package sets it).
+    bin_folder = os.environ.get("GAFFER_DOCS_BIN") or str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_folder, env.get("PATH", "")])
+    for command in ("celery", "python"):
+        found = shutil.which(command, path=env["PATH"])
+        assert found, (command, bin_folder)
+        assert Path(found).parent == Path(bin_folder), (command, found, bin_folder)
     env["PYTHONUNBUFFERED"] = "1"
     # Output is compared: a dependency's deprecation notice is not the program's.
     env["PYTHONWARNINGS"] = "ignore::DeprecationWarning,ignore::PendingDeprecationWarning"
