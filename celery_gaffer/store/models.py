@@ -80,6 +80,9 @@ class ScheduleRow:
     health: Mapped[str] = mapped_column(String(8), default="ok")
     check_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    # Why the schedule was paused, and when Beat resumes it by itself (None: never).
+    paused_note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    paused_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
     last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_success_nominal_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -175,6 +178,10 @@ class JobRunRow:
     error_type: Mapped[str | None] = mapped_column(String(255), nullable=True)
     error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     next_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # The delivery's arguments and the failure's traceback, bounded in size.
+    args: Mapped[Any] = mapped_column(JSON, nullable=True)
+    kwargs: Mapped[Any] = mapped_column(JSON, nullable=True)
+    traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # When the row was written, by the database's clock: the week partition it is in on
     # PostgreSQL (see store/partitions.py).
@@ -207,6 +214,37 @@ class AlertRow:
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+class AuditRow:
+    """One change to a schedule, written in the change's transaction: when, who
+    (``actor``), through what (``source``: cli, api, console, config, import, code, beat),
+    the action, the note, and each changed field as ``{field: [before, after]}``."""
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    source: Mapped[str] = mapped_column(String(8))
+    action: Mapped[str] = mapped_column(String(32))
+    schedule: Mapped[str | None] = mapped_column(String(NAME_LENGTH), nullable=True)
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    changes: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Any, ...]:
+        return (Index(f"ix_{cls.__tablename__}_schedule_id", "schedule", "id"),)
+
+    __tablename__: str
+
+
+class BeatRow:
+    """A running Beat, refreshed as it ticks: the console's "is Beat running"."""
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_tick_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 @dataclass(frozen=True, slots=True)
 class Models:
     """The mapped classes and metadata of one table prefix."""
@@ -220,6 +258,8 @@ class Models:
     Cursor: type[CursorRow]
     JobRun: type[JobRunRow]
     Alert: type[AlertRow]
+    Audit: type[AuditRow]
+    Beat: type[BeatRow]
 
     @property
     def version_table(self) -> str:
@@ -255,6 +295,12 @@ def models_for(prefix: str = "gaffer_") -> Models:
     class Alert(AlertRow, Base):
         __tablename__ = f"{prefix}alerts"
 
+    class Audit(AuditRow, Base):
+        __tablename__ = f"{prefix}audit"
+
+    class Beat(BeatRow, Base):
+        __tablename__ = f"{prefix}beats"
+
     return Models(
         prefix=prefix,
         metadata=Base.metadata,
@@ -265,6 +311,8 @@ def models_for(prefix: str = "gaffer_") -> Models:
         Cursor=Cursor,
         JobRun=JobRun,
         Alert=Alert,
+        Audit=Audit,
+        Beat=Beat,
     )
 
 

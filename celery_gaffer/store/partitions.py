@@ -46,6 +46,7 @@ from sqlalchemy import (
     false,
     func,
     insert,
+    inspect,
     or_,
     select,
     table,
@@ -250,7 +251,10 @@ def _make_period(
         conn.execute(text(f"LOCK TABLE {quote(default)} IN ACCESS EXCLUSIVE MODE"))
         source = partition_table(target, default)
         within = and_(source.c[target.key] >= start, source.c[target.key] < end)
-        names = [c.name for c in target.table.columns]
+        # The columns the table has now (a migration before a later one's columns runs
+        # with today's models).
+        present = {c["name"] for c in inspect(conn).get_columns(default)}
+        names = [c.name for c in target.table.columns if c.name in present]
         moving = select(*(source.c[column] for column in names)).where(within)
         conn.execute(insert(partition_table(target, name)).from_select(names, moving))
         conn.execute(delete(source).where(within))

@@ -154,6 +154,8 @@ _INSERT_COLUMNS = (
     ("consecutive_failures", "int"),
     ("last_success_at", "datetime"),
     ("last_success_nominal_at", "datetime"),
+    ("paused_note", "text"),
+    ("paused_until", "datetime"),
     ("created_at", "datetime"),
     ("updated_at", "datetime"),
 )

@@ -32,7 +32,7 @@ def test_migration_0005_makes_the_seal_function_of_its_prefix_and_takes_it_back(
     migrate(engine, prefix, "0004")
     with engine.connect() as conn:
         assert not _function_exists(conn, f"{prefix}seal")
-    assert migrate(engine, prefix) == ("0004", "0005")
+    assert migrate(engine, prefix, "0005") == ("0004", "0005")
     with engine.connect() as conn:
         assert _function_exists(conn, f"{prefix}seal")
     assert migrate(engine, prefix, "0004") == ("0005", "0004")
