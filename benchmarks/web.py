@@ -57,6 +57,13 @@ ROOT = Path(__file__).resolve().parents[1]
 UTC = timezone.utc
 TASK = "benchproj.report"
 PAGE = 50
+#: Days the run records and fires are spread over (the default retention).
+RUN_DAYS = 30
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    + '  File "/srv/app/bank.py", line 42, in fetch\n    return client.get(url)\n' * 20
+    + "TimeoutError: the bank API timed out"
+)
 TARGET_MS = 100.0
 WARM_UP = 5
 PROJECT = f"""
@@ -76,22 +83,30 @@ STARTED = re.compile(r"Gaffer console on http://127\.0\.0\.1:(\d+)/")
 SELECT_PAGE = "SELECT * FROM gaffer_schedules"
 
 
-def load(database: str, count: int) -> None:
-    """``count`` schedules through ``add_many``, two runs each, then VACUUM ANALYZE."""
+def load(database: str, count: int, runs: int) -> None:
+    """``count`` schedules through ``add_many``, ``runs`` run records and as many fires
+    spread over the last 30 days (the default retention), audit entries, two Beats; then
+    VACUUM ANALYZE."""
     import psycopg
     from celery import Celery
 
     from celery_gaffer import ScheduleStore, cron, every
     from celery_gaffer.store import database_for
+    from celery_gaffer.store.models import models_for
+    from celery_gaffer.store.partitions import ensure
 
     app = Celery("bench", broker="memory://", set_as_current=False)
     app.conf.gaffer_database_url = pg_sqlalchemy_url(database)
     database_for(app).migrate()
-    base = datetime.now(UTC) + timedelta(hours=1)
+    now = datetime.now(UTC)
+    with database_for(app).begin() as conn:
+        # The weeks the runs and fires fall in, as Beat makes them ahead of time.
+        ensure(conn, models_for("gaffer_"), now, since=now - timedelta(days=RUN_DAYS + 7))
+    base = now + timedelta(hours=1)
     entries = (
         {
             "name": f"tenant-{i:07d}",
-            "task": TASK,
+            "task": TASK if i % 7 else f"{TASK}_weekly",
             "schedule": (
                 cron(f"{i % 60} {i % 24} * * *", "Europe/London")
                 if i % 10 == 0
@@ -104,25 +119,66 @@ def load(database: str, count: int) -> None:
     ScheduleStore(app, check_tasks=False).add_many(entries)
     with psycopg.connect(pg_dsn(database), autocommit=True) as conn:
         conn.execute("UPDATE gaffer_schedules SET enabled = false WHERE name LIKE '%00'")
-        # Two runs per schedule, as the run recorder writes them: one succeeded, the
-        # latest failed; the console looks the latest one up for each row of a page.
+        # The runs, as the run recorder writes them, spread evenly over the last 30 days
+        # (newest first by id too); every tenth failed, with a traceback. Each schedule's
+        # latest run is among the newest ``count``.
         conn.execute(
             """
             INSERT INTO gaffer_job_runs (task_id, task_name, schedule, nominal_at, key,
                 attempt, state, started_at, finished_at, duration, worker, error_type,
-                error_message, updated_at)
-            SELECT 'bench-' || s.name || '-' || r.n, %(task)s, s.name,
-                now() - make_interval(days => r.n), s.name || '@' || r.n, 1,
-                CASE r.n WHEN 1 THEN 'failed' ELSE 'succeeded' END,
-                now() - make_interval(days => r.n), now() - make_interval(days => r.n),
-                1.5, 'celery@bench', CASE r.n WHEN 1 THEN 'TimeoutError' END,
-                CASE r.n WHEN 1 THEN 'the bank API timed out' END, now()
-            FROM gaffer_schedules s CROSS JOIN generate_series(1, 2) AS r(n)
+                error_message, traceback, args, kwargs, updated_at, created_at)
+            SELECT 'bench-' || r.n, %(task)s, 'tenant-' || lpad((r.n %% %(count)s)::text, 7, '0'),
+                t.at, 'k-' || r.n, 1,
+                CASE WHEN r.n %% 10 = 0 THEN 'failed' ELSE 'succeeded' END,
+                t.at, t.at + interval '1.5 seconds', 1.5, 'celery@bench',
+                CASE WHEN r.n %% 10 = 0 THEN 'TimeoutError' END,
+                CASE WHEN r.n %% 10 = 0 THEN 'the bank API timed out' END,
+                CASE WHEN r.n %% 10 = 0 THEN %(traceback)s END,
+                '[]', json_build_object('tenant', r.n %% %(count)s),
+                t.at, t.at
+            FROM generate_series(1, %(runs)s) AS r(n)
+            CROSS JOIN LATERAL (SELECT now() - make_interval(
+                secs => (%(runs)s - r.n) * %(spacing)s)) AS t(at)
             """,
-            {"task": TASK},
+            {
+                "task": TASK,
+                "count": count,
+                "runs": runs,
+                "spacing": RUN_DAYS * 86400 / max(runs, 1),
+                "traceback": TRACEBACK,
+            },
         )
-        conn.execute("VACUUM ANALYZE gaffer_schedules")
-        conn.execute("VACUUM ANALYZE gaffer_job_runs")
+        # One fire in the ledger per run, at the run's nominal time.
+        conn.execute(
+            """
+            INSERT INTO gaffer_fires (schedule, nominal_at, key, task_id, kind, state,
+                publish_after, publish_count, created_at, sent_at)
+            SELECT schedule, nominal_at, key, task_id, 'scheduled', 'sent', nominal_at, 1,
+                nominal_at, nominal_at
+            FROM gaffer_job_runs
+            ON CONFLICT DO NOTHING
+            """
+        )
+        # A history of changes: a pause and a resume of every hundredth schedule.
+        conn.execute(
+            """
+            INSERT INTO gaffer_audit (at, actor, source, action, schedule, note, changes)
+            SELECT now() - make_interval(hours => a.n % 700), 'alice', 'console',
+                CASE a.n % 2 WHEN 0 THEN 'pause' ELSE 'resume' END, s.name,
+                'maintenance window', '{"enabled": [true, false]}'
+            FROM gaffer_schedules s CROSS JOIN generate_series(1, 2) AS a(n)
+            WHERE s.name LIKE '%00'
+            """
+        )
+        conn.execute(
+            """
+            INSERT INTO gaffer_beats (name, host, pid, started_at, last_tick_at)
+            VALUES ('bench-a:1', 'bench-a', 1, now() - interval '1 day', now()),
+                   ('bench-b:2', 'bench-b', 2, now() - interval '1 day', now())
+            """
+        )
+        for table in ("schedules", "job_runs", "fires", "audit", "beats"):
+            conn.execute(f"VACUUM ANALYZE gaffer_{table}")
 
 
 class Console:
@@ -267,6 +323,9 @@ def measure(database: str, console: Console, count: int, requests: int) -> list[
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument(
+        "--runs", type=int, default=None, help="run records (default: two per schedule)"
+    )
     parser.add_argument("--requests", type=int, default=50, help="timed requests per figure")
     args = parser.parse_args()
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -274,9 +333,10 @@ def main() -> int:
     create_database(database)
     try:
         started = time.perf_counter()
-        load(database, args.schedules)
+        runs = 2 * args.schedules if args.runs is None else args.runs
+        load(database, args.schedules, runs)
         print(
-            f"{args.schedules:,} schedules and {2 * args.schedules:,} runs stored in "
+            f"{args.schedules:,} schedules and {runs:,} runs stored in "
             f"{time.perf_counter() - started:.1f} s",
             flush=True,
         )
