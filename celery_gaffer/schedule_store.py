@@ -56,7 +56,7 @@ class ScheduleStore:
 
     Its writes are recorded in the audit log as made by ``actor`` (None: the OS user)
     through ``audit_source`` (one of ``cli``, ``api``, ``console``, ``config``,
-    ``import``, ``code``, ``beat``); :meth:`acting_as` gives a store writing as another.
+    ``import``, ``code``, ``beat``); ``acting_as`` gives a store writing as another.
     """
 
     def __init__(
