@@ -5,10 +5,15 @@ touches them. Every method validates before it writes and writes in one transact
 so bad input leaves nothing behind. Running Beats pick changes up on their next tick.
 ``preview_resume``, ``preview_backfill`` and ``preview_update`` say what those will do,
 computed by the same code, and write nothing (the CLI's ``--dry-run``, the web console).
+
+Every write records what it changed in the audit log (:mod:`.store.audit`), in its own
+transaction: who (``actor``), through what (``audit_source``), the action and note, and
+each changed field before and after. A write that fails leaves no entry.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -35,6 +40,9 @@ from .schedules.preview import (
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
+from .store.audit import Actor, AuditEntry, default_actor, entries, record, record_many
+from .store.audit_changes import changes as audit_changes_of
+from .store.fires import Fire
 from .store.previews import ledger_nominals
 from .store.schedule_bulk import ChunkRows, bulk_insert_schedules
 from .store.schedule_rows import StoredSchedule, Timings, columns, policy_dict
@@ -44,16 +52,36 @@ if TYPE_CHECKING:
 
 
 class ScheduleStore:
-    """Schedules from code (source ``db``); the CLI is a thin layer over this class."""
+    """Schedules from code (source ``db``); the CLI is a thin layer over this class.
+
+    Its writes are recorded in the audit log as made by ``actor`` (None: the OS user)
+    through ``audit_source`` (one of ``cli``, ``api``, ``console``, ``config``,
+    ``import``, ``code``, ``beat``); ``acting_as`` gives a store writing as another.
+    """
 
     def __init__(
-        self, app: Any, *, clock: Clock = utcnow, check_tasks: bool = True, source: str = "db"
+        self,
+        app: Any,
+        *,
+        clock: Clock = utcnow,
+        check_tasks: bool = True,
+        source: str = "db",
+        actor: str | None = None,
+        audit_source: str = "code",
     ) -> None:
         self.app = app
         self.database: Database = database_for(app)
         self._clock = clock
         self._check_tasks = check_tasks
         self._source = source
+        self.audit_actor: Actor = _actor(default_actor() if actor is None else actor, audit_source)
+
+    def acting_as(self, actor: str, audit_source: str) -> ScheduleStore:
+        """This store (same app, database and clock) recording its writes as ``actor``
+        through ``audit_source``."""
+        acting = copy.copy(self)
+        acting.audit_actor = _actor(actor, audit_source)
+        return acting
 
     # -- writing --------------------------------------------------------------------
 
@@ -151,7 +179,9 @@ class ScheduleStore:
             current = following
         return added
 
-    def update(self, name: str, **changes: Unpack[ScheduleChanges]) -> StoredSchedule:
+    def update(
+        self, name: str, *, note: str | None = None, **changes: Unpack[ScheduleChanges]
+    ) -> StoredSchedule:
         """Change only the given fields of ``name``: ``task``, ``schedule``, ``cron``,
         ``every``, ``tz``, ``jitter``, ``args``, ``kwargs``, ``options``, ``gaffer`` (merged
         into the current options).
@@ -179,21 +209,75 @@ class ScheduleStore:
             spec, start, _ = self._edited(current, changes, now)
             values = columns(spec, start.watermark_at, now, start.fired_count)
             rows.update_schedule(conn, self._models, name, values)
-            return self._get(conn, name)
+            return self._recorded(conn, "update", current, now, note)
 
-    def pause(self, name: str) -> StoredSchedule:
-        """Stop firing ``name`` until ``resume``; fires while paused are never sent."""
-        return self._set_enabled(name, False)
+    def pause(
+        self, name: str, *, note: str | None = None, until: datetime | None = None
+    ) -> StoredSchedule:
+        """Stop firing ``name`` until ``resume``; fires while paused are never sent.
 
-    def resume(self, name: str) -> StoredSchedule:
-        """Fire ``name`` again from its first nominal time after now."""
-        return self._set_enabled(name, True)
-
-    def remove(self, name: str) -> None:
-        """Delete ``name``; its ledger and run history stay for ``cleanup`` to expire."""
+        ``note`` says why (kept on the schedule as ``paused_note`` and in the audit
+        log). ``until`` (an aware datetime after now, else InvalidInput naming ``until``)
+        is when Beat resumes it by itself, as ``resume`` does (``paused_until``). Pausing
+        a paused schedule with a note or time replaces them; without, changes nothing.
+        """
+        now = self._clock()
+        if until is not None:
+            until = _future(until, now)
         with self.database.begin() as conn:
-            if rows.delete_schedules(conn, self._models, [name]) == 0:
-                raise ScheduleNotFound(f"name: no schedule named {name!r}", field="name")
+            current = self._require(conn, name, lock=True)
+            values = self._enabled_values(current, False, now)
+            if values is None and note is None and until is None:
+                return current
+            values = values or {"updated_at": now}
+            values.update(paused_note=note, paused_until=until)
+            rows.update_schedule(conn, self._models, name, values)
+            return self._recorded(conn, "pause", current, now, note)
+
+    def resume(self, name: str, *, note: str | None = None) -> StoredSchedule:
+        """Fire ``name`` again from its first nominal time after now (its pause's note
+        and time cleared)."""
+        now = self._clock()
+        with self.database.begin() as conn:
+            current = self._require(conn, name, lock=True)
+            values = self._enabled_values(current, True, now)
+            if values is None:
+                return current
+            rows.update_schedule(conn, self._models, name, values)
+            return self._recorded(conn, "resume", current, now, note)
+
+    def resume_due(self, now: datetime | None = None, *, limit: int = 500) -> list[str]:
+        """Resume, as ``resume`` does, the paused schedules whose ``paused_until`` is at
+        or before ``now`` (default: the clock's now), at most ``limit``, in one
+        transaction; returns their names. Each is recorded with the note "paused until
+        <time> passed". On PostgreSQL rows another Beat holds are skipped, so a schedule
+        is resumed once. One still in error stays paused, its time cleared, the entry
+        saying why (action ``update``)."""
+        when = self._clock() if now is None else now
+        resumed: list[str] = []
+        with self.database.begin() as conn:
+            for current in rows.lock_due_resumes(conn, self._models, when, limit):
+                until = current.paused_until
+                note = f"paused until {until.isoformat() if until else '?'} passed"
+                action = "resume"
+                try:
+                    values = self._enabled_values(current, True, when) or {}
+                except GafferError as exc:
+                    action, note = "update", f"{note}; not resumed: {exc}"
+                    values = {"paused_until": None, "updated_at": when}
+                else:
+                    resumed.append(current.name)
+                rows.update_schedule(conn, self._models, current.name, values)
+                self._recorded(conn, action, current, when, note)
+        return resumed
+
+    def remove(self, name: str, *, note: str | None = None) -> None:
+        """Delete ``name``; its ledger and run history stay for ``cleanup`` to expire."""
+        now = self._clock()
+        with self.database.begin() as conn:
+            current = self._require(conn, name, lock=True)
+            rows.delete_schedules(conn, self._models, [name])
+            self._record(conn, "remove", name, now, note, audit_changes_of(current, None))
 
     def sync_config(self, beat_schedule: Mapping[str, Mapping[str, Any]]) -> None:
         """Make the ``config`` schedules match ``app.conf.beat_schedule``.
@@ -211,19 +295,47 @@ class ScheduleStore:
             known=self._known_tasks(),
             clock=self._clock,
             source=self._source,
+            actor=Actor(self.audit_actor.name, "config"),
         )
 
-    def trigger(self, name: str) -> str:
+    def trigger(self, name: str, *, note: str | None = None) -> str:
         """Publish one fire of ``name`` now, with its own key; returns the key."""
-        return triggers.trigger(self.app, self.database, name, self._clock).key
+
+        def recorded(conn: Connection, fires: list[Fire]) -> None:
+            changes = {"key": [None, fires[0].key]}
+            self._record(conn, "trigger", name, self._clock(), note, changes)
+
+        fire = triggers.trigger(self.app, self.database, name, self._clock, recorded=recorded)
+        return fire.key
 
     def backfill(
-        self, name: str, start: datetime, end: datetime, *, limit: int = 10_000
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        limit: int = 10_000,
+        note: str | None = None,
     ) -> triggers.BackfillReport:
-        """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have."""
+        """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have
+        (recorded in the audit log when it sends any)."""
         schedule = _backfillable(self.get(name))
+
+        def recorded(conn: Connection, fires: list[Fire]) -> None:
+            sent = [start.isoformat(), end.isoformat(), len(fires)]
+            changes = {"from": [None, sent[0]], "to": [None, sent[1]], "sent": [None, sent[2]]}
+            self._record(conn, "backfill", name, self._clock(), note, changes)
+
         return triggers.backfill(
-            self.app, self.database, name, schedule, start, end, self._clock, limit=limit
+            self.app,
+            self.database,
+            name,
+            schedule,
+            start,
+            end,
+            self._clock,
+            limit=limit,
+            recorded=recorded,
         )
 
     # -- previews: what an operation will do, by its own rules; nothing is written -------
@@ -278,6 +390,18 @@ class ScheduleStore:
         )
 
     # -- reading --------------------------------------------------------------------
+
+    def audit(
+        self, name: str | None = None, *, since: datetime | None = None, limit: int = 100
+    ) -> list[AuditEntry]:
+        """The audit log, newest first: the entries of schedule ``name`` (None: of all),
+        at or after ``since`` (aware), at most ``limit``."""
+        if limit < 1:
+            raise InvalidInput("limit: must be at least 1", field="limit")
+        if since is not None and since.utcoffset() is None:
+            raise InvalidInput(f"since: expected an aware datetime, got {since!r}", field="since")
+        with self.database.read() as conn:
+            return entries(conn, self._models, schedule=name, since=since, limit=limit)
 
     def get(self, name: str) -> StoredSchedule:
         """The schedule named ``name``, or ``ScheduleNotFound``."""
@@ -335,6 +459,11 @@ class ScheduleStore:
         try:
             with self.database.begin() as conn:
                 bulk_insert_schedules(conn, self._models, new_rows, alongside=alongside)
+                # One entry per schedule, without its fields: a bulk load stays cheap.
+                added_names: list[tuple[str | None, dict[str, Any]]] = [
+                    (row["name"], {}) for row in new_rows
+                ]
+                record_many(conn, self._models, self.audit_actor, "add", added_names, self._clock())
         except IntegrityError as exc:
             last = added + len(new_rows) - 1
             raise ScheduleExists(
@@ -364,20 +493,38 @@ class ScheduleStore:
             kept = watermarks.kept(existing.standing, spec, now)
             values = columns(spec, kept.watermark_at, now, kept.fired_count)
             values["source"] = self._source
+            if spec.policy.enabled:
+                values.update(paused_note=None, paused_until=None)
             rows.update_schedule(conn, self._models, spec.name, values)
-        else:
-            rows.insert_schedules(conn, self._models, [self._new_row(spec, now, start)])
-        return self._get(conn, spec.name)
+            return self._recorded(conn, "replace", existing, now, None)
+        rows.insert_schedules(conn, self._models, [self._new_row(spec, now, start)])
+        return self._recorded(conn, "add", None, now, None, spec.name)
 
-    def _set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
-        now = self._clock()
-        with self.database.begin() as conn:
-            current = self._require(conn, name, lock=True)
-            values = self._enabled_values(current, enabled, now)
-            if values is None:
-                return current
-            rows.update_schedule(conn, self._models, name, values)
-            return self._get(conn, name)
+    def _recorded(
+        self,
+        conn: Connection,
+        action: str,
+        before: StoredSchedule | None,
+        now: datetime,
+        note: str | None,
+        name: str | None = None,
+    ) -> StoredSchedule:
+        """The schedule after a write, with the write recorded: what changed from ``before``
+        (None: a new schedule, named ``name``)."""
+        after = self._get(conn, before.name if before is not None else str(name))
+        self._record(conn, action, after.name, now, note, audit_changes_of(before, after))
+        return after
+
+    def _record(
+        self,
+        conn: Connection,
+        action: str,
+        name: str,
+        now: datetime,
+        note: str | None,
+        changes: Mapping[str, Sequence[Any]],
+    ) -> None:
+        record(conn, self._models, self.audit_actor, action, name, now, note=note, changes=changes)
 
     def _enabled_values(
         self, current: StoredSchedule, enabled: bool, now: datetime
@@ -392,6 +539,8 @@ class ScheduleStore:
             values["error"] = None
         elif current.policy.enabled == enabled:
             return None
+        if enabled:
+            values.update(paused_note=None, paused_until=None)
         if enabled and current.schedule is not None:
             start = watermarks.resumed(current.standing, now)
             next_fire_at = watermarks.first_fire(
@@ -493,6 +642,23 @@ def _watermark(value: Any, now: datetime) -> datetime:
     if value > now:
         raise InvalidInput(f"watermark_at: {value.isoformat()} is after now", field="watermark_at")
     return value.astimezone(timezone.utc)
+
+
+def _future(value: Any, now: datetime) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidInput(f"until: expected an aware datetime, got {value!r}", field="until")
+    if value <= now:
+        raise InvalidInput(f"until: {value.isoformat()} is not after now", field="until")
+    return value.astimezone(timezone.utc)
+
+
+def _actor(name: str, audit_source: str) -> Actor:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput(f"actor: expected a name, got {name!r}", field="actor")
+    try:
+        return Actor(name, audit_source)
+    except ValueError as exc:
+        raise InvalidInput(f"audit_{exc}", field="audit_source") from exc
 
 
 def _check_editable(changes: Mapping[str, Any]) -> None:

@@ -3,6 +3,8 @@
 Called through :meth:`ScheduleStore.sync_config`, in one transaction: new entries are
 added, changed ones updated (watermark and paused state kept), config schedules no
 longer configured removed. A bad entry is stored in ``error`` and the others synced.
+Each schedule it adds, changes or removes is recorded in the audit log (actions ``add``,
+``update``, ``remove``; source ``config``) in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .clock import Clock
@@ -21,7 +24,9 @@ from .schedules import watermarks
 from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database
 from .store import schedules as rows
-from .store.schedule_rows import columns, differs, stored
+from .store.audit import Actor, record
+from .store.audit_changes import changes as audit_changes
+from .store.schedule_rows import StoredSchedule, columns, differs, stored
 
 logger = logging.getLogger("celery_gaffer.schedules")
 
@@ -33,8 +38,10 @@ def sync_config(
     known: Mapping[str, Any] | None,
     clock: Clock,
     source: str,
+    actor: Actor,
 ) -> None:
-    """See :meth:`ScheduleStore.sync_config`; new rows get ``source``."""
+    """See :meth:`ScheduleStore.sync_config`; new rows get ``source``; the audit log's
+    entries name ``actor``."""
     specs: list[ScheduleSpec] = []
     broken: dict[str, dict[str, Any]] = {}
     for name, entry in beat_schedule.items():
@@ -59,7 +66,7 @@ def sync_config(
             broken[name] = {"entry": entry, "message": message, "field": exc.field}
     for attempt in range(2):
         try:
-            _sync(database, specs, broken, known, clock(), source)
+            _sync(database, specs, broken, known, clock(), source, actor)
             return
         except IntegrityError:
             # Another Beat inserted the same entry concurrently; its rows are now visible.
@@ -74,8 +81,17 @@ def _sync(
     known: Mapping[str, Any] | None,
     now: datetime,
     source: str,
+    actor: Actor,
 ) -> None:
     models = database.models
+
+    def recorded(conn: Connection, action: str, name: str, before: StoredSchedule | None) -> None:
+        after = None if action == "remove" else rows.read_schedule(conn, models, name)
+        changes = audit_changes(before, after)
+        if changes or action != "update":
+            note = "from app.conf.beat_schedule"
+            record(conn, models, actor, action, name, now, note=note, changes=changes)
+
     wanted = {spec.name: spec for spec in specs}
     with database.begin() as conn:
         existing = rows.lock_config_rows(conn, models, [*wanted, *broken])
@@ -96,6 +112,7 @@ def _sync(
                     new_row = {"name": name, "source": source, "created_at": now}
                     new_row.update(columns(spec, watermarks.added(spec, now).watermark_at, now))
                     rows.insert_schedules(conn, models, [new_row])
+                    recorded(conn, "add", name, None)
                     continue
                 start = watermarks.kept(current.standing, spec, now)
                 values = columns(spec, start.watermark_at, now, start.fired_count)
@@ -103,22 +120,27 @@ def _sync(
                     values.update(enabled=False, next_fire_at=None, check_at=None)
                 if current.error is not None or differs(current, spec):
                     rows.update_schedule(conn, models, name, values)
+                    recorded(conn, "update", name, current)
                 continue
             values = _error_values(name, broken[name], known, now)
             if current is None:
                 new_row = {"name": name, "source": "config", "created_at": now, **values}
                 rows.insert_schedules(conn, models, [new_row])
+                recorded(conn, "add", name, None)
             else:
                 values["watermark_at"] = current.watermark_at
                 if watermarks.stays_paused(current.standing):
                     values.update(enabled=False, next_fire_at=None, check_at=None)
                 rows.update_schedule(conn, models, name, values)
+                recorded(conn, "update", name, current)
         gone = [
             n
             for n, row in existing.items()
             if row["source"] == "config" and n not in wanted and n not in broken
         ]
         rows.delete_schedules(conn, models, gone)
+        for name in gone:
+            recorded(conn, "remove", name, stored(existing[name]))
 
 
 def _config_spec(name: Any, entry: Any, known: Mapping[str, Any] | None) -> ScheduleSpec:

@@ -6,9 +6,12 @@ was already sent, and both are published at once by the calling process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy import Connection
 
 from ..clock import Clock
 from ..exceptions import InvalidInput, ScheduleNotFound
@@ -25,6 +28,10 @@ from .marking import publish
 _TRIGGER_ATTEMPTS = 30
 
 
+#: Called with the transaction and the fires inserted, before it commits (the audit log).
+Recorded = Callable[[Connection, list[Fire]], None]
+
+
 @dataclass(frozen=True, slots=True)
 class BackfillReport:
     """``sent``: fires published now; ``already``: fires the ledger already had."""
@@ -33,7 +40,9 @@ class BackfillReport:
     already: int
 
 
-def trigger(app: Any, database: Database, name: str, clock: Clock) -> Fire:
+def trigger(
+    app: Any, database: Database, name: str, clock: Clock, *, recorded: Recorded | None = None
+) -> Fire:
     """Publish one fire of ``name`` now, with its own key (nominal time: now)."""
     now = clock()
     republish_at = now + timedelta(seconds=database.settings.republish_after)
@@ -57,6 +66,8 @@ def trigger(app: Any, database: Database, name: str, clock: Clock) -> Fire:
             )
             if inserted:
                 break
+        if inserted and recorded is not None:
+            recorded(conn, inserted)
     if not inserted:
         raise InvalidInput(
             f"name: {name!r} was triggered too often in the last seconds", field="name"
@@ -77,6 +88,7 @@ def backfill(
     clock: Clock,
     *,
     limit: int = 10_000,
+    recorded: Recorded | None = None,
 ) -> BackfillReport:
     """Publish every fire of ``name`` with ``start < nominal <= end`` not already in the ledger."""
     now = clock()
@@ -89,6 +101,8 @@ def backfill(
     with database.begin() as conn:
         payloads = load_payloads(conn, database.models, [name])
         inserted = insert_fires(conn, database.models, fires, now)
+        if inserted and recorded is not None:
+            recorded(conn, inserted)
     if inserted:
         with app.producer_or_acquire() as producer:
             published = publish(app, database, inserted, payloads, producer, clock)

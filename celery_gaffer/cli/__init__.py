@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "schedules:add",
         "Add schedule NAME sending TASK (source db; Beat picks it up on its next tick).",
     ),
+    "audit": (
+        "audit:audit",
+        "The audit log, newest first: every change to schedule NAME (or to all).",
+    ),
     "backfill": (
         "schedules:backfill",
         "Send the fires F of NAME with FROM < F <= TO that were never sent.",

@@ -86,10 +86,23 @@ def echo(text: str, *, err: bool = False, limit: int | None = None) -> None:
     click.echo(escape_but_layout(text, limit), err=err)
 
 
-def store_of(ctx: click.Context, *, check_tasks: bool = True) -> ScheduleStore:
-    """A ScheduleStore of the app, once its database is checked (see :func:`ready`)."""
+def store_of(
+    ctx: click.Context, *, check_tasks: bool = True, actor: str | None = None
+) -> ScheduleStore:
+    """A ScheduleStore of the app, once its database is checked (see :func:`ready`); its
+    writes are recorded in the audit log as made by ``actor`` (None: the OS user) through
+    the command line (source ``cli``)."""
     ready(ctx)
-    return ScheduleStore(app_of(ctx), check_tasks=check_tasks)
+    return ScheduleStore(app_of(ctx), check_tasks=check_tasks, actor=actor, audit_source="cli")
+
+
+#: ``--actor NAME``, on every command that changes schedules.
+actor_option = click.option(
+    "--actor",
+    metavar="NAME",
+    default=None,
+    help="Who makes the change, as the audit log records it (default: the OS user).",
+)
 
 
 def ready(ctx: click.Context) -> Database:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..importers.django_celery_beat import import_django_celery_beat, read_tables
-from .base import gaffer_errors, store_of
+from .base import actor_option, gaffer_errors, store_of
 from .imports import import_, print_report
 from .update import dry_run_option
 
@@ -18,9 +18,12 @@ from .update import dry_run_option
     "sqlite:///path); only read. Naive times in it are read as UTC (Django's USE_TZ).",
 )
 @dry_run_option
+@actor_option
 @click.pass_context
 @gaffer_errors
-def django_celery_beat(ctx: click.Context, database_url: str, dry_run: bool) -> None:
+def django_celery_beat(
+    ctx: click.Context, database_url: str, dry_run: bool, actor: str | None
+) -> None:
     """Import django-celery-beat's periodic tasks as its Beat runs them.
 
     Crontab rows in their own zone, intervals anchored at the last run, clocked rows as
@@ -31,6 +34,6 @@ def django_celery_beat(ctx: click.Context, database_url: str, dry_run: bool) -> 
     Exit status 1 when some entries cannot be mapped (the others are imported).
     """
     tables = read_tables(database_url)
-    store = store_of(ctx)
+    store = store_of(ctx, actor=actor)
     report = import_django_celery_beat(store, tables, dry_run=dry_run)
     print_report(ctx, report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..importers.redbeat import import_redbeat, key_prefix_of, read_redbeat, redis_url_of
-from .base import app_of, gaffer_errors, store_of
+from .base import actor_option, app_of, gaffer_errors, store_of
 from .imports import import_, print_report
 from .update import dry_run_option
 
@@ -24,10 +24,15 @@ from .update import dry_run_option
     "sorted set '<prefix>:schedule'.",
 )
 @dry_run_option
+@actor_option
 @click.pass_context
 @gaffer_errors
 def redbeat(
-    ctx: click.Context, redis_url: str | None, key_prefix: str | None, dry_run: bool
+    ctx: click.Context,
+    redis_url: str | None,
+    key_prefix: str | None,
+    dry_run: bool,
+    actor: str | None,
 ) -> None:
     """Import redbeat's entries: crontab, interval and simple rrule mapped exactly.
 
@@ -40,6 +45,6 @@ def redbeat(
     url = redis_url_of(app, redis_url)
     prefix = key_prefix_of(app, key_prefix)
     source = read_redbeat(url, prefix)
-    store = store_of(ctx)
+    store = store_of(ctx, actor=actor)
     report = import_redbeat(store, source, prefix, dry_run=dry_run)
     print_report(ctx, report)

@@ -11,7 +11,7 @@ import click
 
 from ..importers.beat_schedule import import_beat_schedule, read_shelve
 from ..importers.common import ImportReport
-from .base import LINE_LIMIT, app_of, echo, gaffer, gaffer_errors, store_of
+from .base import LINE_LIMIT, actor_option, app_of, echo, gaffer, gaffer_errors, store_of
 from .update import dry_run_option
 
 
@@ -31,9 +31,12 @@ def import_() -> None:
     "containers are loaded from it; anything else refuses the file).",
 )
 @dry_run_option
+@actor_option
 @click.pass_context
 @gaffer_errors
-def beat_schedule(ctx: click.Context, shelve_path: Path | None, dry_run: bool) -> None:
+def beat_schedule(
+    ctx: click.Context, shelve_path: Path | None, dry_run: bool, actor: str | None
+) -> None:
     """Import app.conf.beat_schedule: crontab, schedule and numbers translated exactly.
 
     One line per entry: added, changed (which fields), unchanged, or cannot be mapped
@@ -42,7 +45,7 @@ def beat_schedule(ctx: click.Context, shelve_path: Path | None, dry_run: bool) -
     """
     app = app_of(ctx)
     last_runs = None if shelve_path is None else read_shelve(shelve_path)
-    store = store_of(ctx)
+    store = store_of(ctx, actor=actor)
     report = import_beat_schedule(
         store, app.conf.beat_schedule or {}, last_runs=last_runs, dry_run=dry_run
     )

@@ -7,11 +7,13 @@ from typing import Any
 
 import click
 
+from ..clock import utcnow
 from ..exceptions import ScheduleExists
 from ..schedules.kinds import At, Schedule, cron, every
 from ..schedules.preview import LISTED_FIRES
 from .base import (
     LINE_LIMIT,
+    actor_option,
     describe,
     echo,
     fail,
@@ -26,7 +28,7 @@ from .base import (
     store_of,
     table,
 )
-from .times import aware_option, instant_option, utc_option, when, zone_of
+from .times import aware_option, instant_option, later_option, utc_option, when, zone_of
 from .update import dry_run_option, show_preview
 
 
@@ -96,6 +98,7 @@ def options_text(options: dict[str, Any] | None) -> str:
 @policy_options
 @click.option("--paused", is_flag=True, help="Add it paused.")
 @click.option("--replace", is_flag=True, help="Overwrite a schedule of the same name.")
+@actor_option
 @click.pass_context
 @gaffer_errors
 def add(
@@ -113,6 +116,7 @@ def add(
     options_json: str | None,
     paused: bool,
     replace: bool,
+    actor: str | None,
     **policy_values: Any,
 ) -> None:
     """Add schedule NAME sending TASK (source db; Beat picks it up on its next tick)."""
@@ -127,7 +131,7 @@ def add(
         schedule = every(every_seconds if every_seconds is not None else 0, jitter=jitter)
     policy = {"enabled": not paused, **policy_of(policy_values)}
     try:
-        stored = store_of(ctx).add(
+        stored = store_of(ctx, actor=actor).add(
             name,
             task,
             schedule,
@@ -146,52 +150,82 @@ def add(
     echo(f"added {stored.name}: {describe(stored.schedule)}, next fire {next_fire}")
 
 
+note_option = click.option(
+    "--note", help="Why: kept in the audit log (and, for a pause, with the schedule)."
+)
+
+
 @gaffer.command()
 @click.argument("name")
+@note_option
+@click.option(
+    "--until",
+    "until_text",
+    metavar="TIME",
+    help="Resume by itself then (Beat resumes it): a duration from now (2h, 30m, 1h30m, "
+    "1d) or an ISO 8601 time with an offset.",
+)
+@actor_option
 @click.pass_context
 @gaffer_errors
-def pause(ctx: click.Context, name: str) -> None:
-    """Pause schedule NAME (its fires while paused are never sent)."""
-    store_of(ctx, check_tasks=False).pause(name)
-    echo(f"paused {name}")
+def pause(
+    ctx: click.Context, name: str, note: str | None, until_text: str | None, actor: str | None
+) -> None:
+    """Pause schedule NAME (its fires while paused are never sent).
+
+    --until resumes it by itself at that time, under its catch-up policy as resume does.
+    Pausing a paused schedule with --note or --until replaces its note and time.
+    """
+    until = None if until_text is None else later_option(until_text, "--until", utcnow())
+    stored = store_of(ctx, check_tasks=False, actor=actor).pause(name, note=note, until=until)
+    resumes = stored.paused_until
+    echo(f"paused {name}" + ("" if resumes is None else f" until {when(resumes)}"))
 
 
 @gaffer.command()
 @click.argument("name")
+@note_option
 @dry_run_option
+@actor_option
 @click.pass_context
 @gaffer_errors
-def resume(ctx: click.Context, name: str, dry_run: bool) -> None:
+def resume(
+    ctx: click.Context, name: str, note: str | None, dry_run: bool, actor: str | None
+) -> None:
     """Resume schedule NAME from its next nominal time (fires while paused are not sent).
 
     --dry-run shows the next fires and how many fires while paused are not sent.
     """
-    store = store_of(ctx)
+    store = store_of(ctx, actor=actor)
     if dry_run:
         preview = store.preview_resume(name)
         show_preview(preview, zone_of(store.get(name).schedule))
         return
-    stored = store.resume(name)
+    stored = store.resume(name, note=note)
     echo(f"resumed {name}, next fire {when(stored.next_fire_at, zone_of(stored.schedule))}")
 
 
 @gaffer.command()
 @click.argument("name")
+@note_option
+@actor_option
 @click.pass_context
 @gaffer_errors
-def remove(ctx: click.Context, name: str) -> None:
+def remove(ctx: click.Context, name: str, note: str | None, actor: str | None) -> None:
     """Remove schedule NAME (its history stays until cleanup)."""
-    store_of(ctx, check_tasks=False).remove(name)
+    store_of(ctx, check_tasks=False, actor=actor).remove(name, note=note)
     echo(f"removed {name}")
 
 
 @gaffer.command()
 @click.argument("name")
+@note_option
+@actor_option
 @click.pass_context
 @gaffer_errors
-def trigger(ctx: click.Context, name: str) -> None:
+def trigger(ctx: click.Context, name: str, note: str | None, actor: str | None) -> None:
     """Send one fire of NAME now, with its own key."""
-    key = store_of(ctx, check_tasks=False).trigger(name)
+    key = store_of(ctx, check_tasks=False, actor=actor).trigger(name, note=note)
     echo(f"sent {key}")
 
 
@@ -212,10 +246,19 @@ _TIME_HELP = (
     help="Refuse a range of more fires than this.",
 )
 @dry_run_option
+@note_option
+@actor_option
 @click.pass_context
 @gaffer_errors
 def backfill(
-    ctx: click.Context, name: str, start: str, end: str, limit: int, dry_run: bool
+    ctx: click.Context,
+    name: str,
+    start: str,
+    end: str,
+    limit: int,
+    dry_run: bool,
+    note: str | None,
+    actor: str | None,
 ) -> None:
     """Send the fires F of NAME with FROM < F <= TO that were never sent.
 
@@ -231,13 +274,13 @@ def backfill(
         raise click.BadParameter(
             f"must be later than --from ({when(after)}), got {when(until)}", param_hint="--to"
         )
-    store = store_of(ctx, check_tasks=False)
+    store = store_of(ctx, check_tasks=False, actor=actor)
     if dry_run:
         preview = store.preview_backfill(name, after, until, limit=limit)
         first = f" (the first {LISTED_FIRES})" if len(preview.fires) == LISTED_FIRES else ""
         show_preview(preview, zone_of(store.get(name).schedule), f"fires it sends{first}:")
         return
-    report = store.backfill(name, after, until, limit=limit)
+    report = store.backfill(name, after, until, limit=limit, note=note)
     echo(
         f"sent {report.sent} fires of {name} in ({when(after)}, {when(until)}]; "
         f"{report.already} were already in the ledger"

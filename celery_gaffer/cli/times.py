@@ -10,7 +10,8 @@ seconds, a ``Z`` or an offset, or a plain date; naive means UTC (``parse_instant
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 
 import click
 
@@ -44,6 +45,42 @@ def aware_option(value: str, name: str) -> datetime:
             param_hint=name,
         )
     return parsed
+
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def duration_of(value: str) -> timedelta | None:
+    """A duration such as ``2h``, ``30m``, ``1h30m``, ``1d``, ``45s``; None if ``value`` is
+    not one."""
+    found = _DURATION.fullmatch(value.strip().lower())
+    if found is None or not any(found.groups()):
+        return None
+    days, hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def later_option(value: str, name: str, now: datetime) -> datetime:
+    """The option ``name``'s time to come: a duration from ``now`` (``2h``, ``30m``) or an
+    ISO 8601 time with an offset; a usage error otherwise."""
+    duration = duration_of(value)
+    if duration is not None:
+        return now + duration
+    try:
+        return aware_option(value, name)
+    except click.BadParameter:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration (2h, 30m, 1h30m, 1d) nor an ISO 8601 time "
+            "with an offset, such as 2026-12-24T09:00+01:00",
+            param_hint=name,
+        ) from None
+
+
+def earlier_option(value: str, name: str, now: datetime) -> datetime:
+    """The option ``name``'s past time: a duration before ``now`` (``2h``: two hours ago)
+    or an instant as :func:`instant_option` reads it."""
+    duration = duration_of(value)
+    return now - duration if duration is not None else instant_option(value, name)
 
 
 utc_option = click.option(

@@ -12,6 +12,7 @@ from ..schedules.kinds import At
 from ..schedules.preview import Preview
 from ..store.schedule_rows import StoredSchedule
 from .base import (
+    actor_option,
     describe,
     echo,
     fail,
@@ -55,6 +56,8 @@ _OPTIONS += "--max-runs or --ping-url"
 @click.option("--options", "options_json", help="Celery send options as a JSON object.")
 @policy_options
 @dry_run_option
+@click.option("--note", help="Why: kept in the audit log.")
+@actor_option
 @click.pass_context
 @gaffer_errors
 def update(
@@ -71,6 +74,8 @@ def update(
     kwargs_json: str | None,
     options_json: str | None,
     dry_run: bool,
+    note: str | None,
+    actor: str | None,
     **policy_values: Any,
 ) -> None:
     """Change only the given fields of schedule NAME and show its next fires.
@@ -103,7 +108,7 @@ def update(
         fail(f"nothing to change: give at least one of {_OPTIONS}")
     if [cron_expr, every_seconds, at_text].count(None) < 2:
         fail("give only one of --cron EXPR, --every SECONDS or --at TIME")
-    store = store_of(ctx)
+    store = store_of(ctx, actor=actor)
     if dry_run:
         preview = store.preview_update(name, **changes)
         current = store.get(name).schedule
@@ -111,7 +116,7 @@ def update(
         show_preview(preview, zone_of(timing or current))
         return
     before = store.get(name)
-    after = store.update(name, **changes)
+    after = store.update(name, note=note, **changes)
     differences = changed(before, after)
     if differences:
         echo(f"updated {name}:")

@@ -3,7 +3,8 @@ schedule of its name and written (or, in a dry run, only described) idempotently
 
 An import never half-writes: every source entry is read and checked first (any failure
 of one entry makes it "cannot be mapped", with the reason), then the mapped entries that
-differ from what is stored are written in one transaction, all or none.
+differ from what is stored are written in one transaction, all or none, each recorded
+in the audit log with source ``import`` and the store's actor.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def apply_candidates(
         if write is not None:
             writes.append(write)
     if writes and not dry_run:
-        store.add_all(writes)
+        # Recorded in the audit log as an import, by the store's actor.
+        store.acting_as(store.audit_actor.name, "import").add_all(writes)
     return ImportReport(lines, dry_run, source)
 
 

@@ -38,6 +38,9 @@ class Actor:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
+    """One change to a schedule, as the log keeps it; ``changes`` holds each changed field
+    as ``[before, after]``."""
+
     id: int
     at: datetime
     actor: str
@@ -49,6 +52,8 @@ class AuditEntry:
     changes: dict[str, list[Any]]
 
     def as_json(self) -> dict[str, Any]:
+        """``{"at", "actor", "source", "action", "schedule", "note", "changes"}``, ``at``
+        as ISO 8601: what ``gaffer audit --json`` and the API give."""
         return {
             "at": self.at.isoformat(),
             "actor": self.actor,

@@ -48,6 +48,10 @@ class StoredSchedule:
     updated_at: datetime
     #: Scheduled fires sent so far (what ``max_runs`` counts).
     fired_count: int = 0
+    #: Why it was paused (the pause's note), while paused.
+    paused_note: str | None = None
+    #: When Beat resumes it by itself (None: only ``resume`` does), while paused.
+    paused_until: datetime | None = None
 
     @property
     def enabled(self) -> bool:
@@ -262,4 +266,6 @@ def stored(row: Mapping[Any, Any]) -> StoredSchedule:
         error=error,
         updated_at=row["updated_at"],
         fired_count=int(row["fired_count"] or 0),
+        paused_note=row.get("paused_note"),
+        paused_until=row.get("paused_until"),
     )

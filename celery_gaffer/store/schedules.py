@@ -367,6 +367,25 @@ def delete_schedules(conn: Connection, models: Models, names: Iterable[str]) -> 
     return int(conn.execute(delete(table).where(table.c.name.in_(wanted))).rowcount)
 
 
+def lock_due_resumes(
+    conn: Connection, models: Models, now: datetime, limit: int
+) -> list[StoredSchedule]:
+    """Lock and return up to ``limit`` paused schedules whose ``paused_until`` has passed,
+    earliest first, through the ``paused_until`` index. On PostgreSQL rows another Beat
+    has locked are skipped (``SKIP LOCKED``), so two Beats never resume one schedule; on
+    SQLite the write transaction already excludes every other writer."""
+    table = table_of(models.Schedule)
+    stmt = (
+        select(*readable_columns(table))
+        .where(table.c.paused_until <= now, table.c.enabled.is_(False))
+        .order_by(table.c.paused_until)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    return [stored(row) for row in conn.execute(stmt).mappings()]
+
+
 def lock_config_rows(
     conn: Connection, models: Models, names: Iterable[str]
 ) -> dict[str, Mapping[Any, Any]]:
