@@ -30,8 +30,19 @@ from .leases import RELEASED, acquire_statement, held_by
 from .models import Models, table_of
 from .prebuilt import prebuilt
 
-# The columns a run's start sets from bound parameters of the same name.
-START_COLUMNS = ("task_id", "task_name", "schedule", "nominal_at", "key", "started_at", "worker")
+# The columns a run's start sets from bound parameters of the same name (``args`` and
+# ``kwargs`` bounded by :mod:`celery_gaffer.runs.details`).
+START_COLUMNS = (
+    "task_id",
+    "task_name",
+    "schedule",
+    "nominal_at",
+    "key",
+    "started_at",
+    "worker",
+    "args",
+    "kwargs",
+)
 
 
 def start_statement(
@@ -131,6 +142,7 @@ END_COLUMN_TYPES = {
     "fence": "bigint",
     "error_type": "str",
     "error_message": "text",
+    "traceback": "text",
 }
 
 
