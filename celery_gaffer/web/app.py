@@ -20,7 +20,7 @@ from ..exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError, Sch
 from ..schedule_store import ScheduleStore
 from ..store import database_for
 from ..store.database import driver_reason
-from . import api, pages
+from . import api, pages, run_page
 from .console import Console
 from .edge import RequestEdge
 from .security import Guard, SecurityHeaders, resolve_token
@@ -63,6 +63,7 @@ def create_app(
         Route("/schedules/{name:path}/{action}", pages.act, methods=["POST"]),
         Route("/schedules/{name:path}", pages.detail),
         Route("/runs", pages.runs),
+        Route("/runs/{id}", run_page.page),
         Route("/alerts", pages.alerts),
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),
@@ -72,6 +73,7 @@ def create_app(
         Route("/api/schedules/{name:path}", api.schedule, methods=["GET"]),
         Route("/api/schedules/{name:path}", api.edit, methods=["PATCH"]),
         Route("/api/runs", api.runs),
+        Route("/api/runs/{id}", run_page.api_run),
         Route("/api/alerts", api.alerts),
     ]
     app = Starlette(
