@@ -115,3 +115,18 @@ def test_long_or_unencodable_arguments_and_a_long_traceback_are_kept_bounded(app
     assert "in deep" in rest
     assert "direct cause" in rest
     assert rest.rstrip().endswith("RuntimeError: the bottom")
+
+
+def test_a_retried_runs_record_keeps_the_traceback_of_the_error_it_retries(app: Celery) -> None:
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.flaky", max_retries=3)
+    def flaky(self: GafferTask, n: int) -> None:
+        try:
+            raise TimeoutError(f"upstream {n} timed out")
+        except TimeoutError as exc:
+            raise self.retry(exc=exc, countdown=60) from exc
+
+    row = record(app, deliver(app, flaky, (3,), {}))
+    assert row["state"] == "retrying"
+    assert row["args"] == [3]
+    assert row["error_type"] == "TimeoutError"
+    assert "TimeoutError: upstream 3 timed out" in row["traceback"]
