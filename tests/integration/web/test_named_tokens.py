@@ -16,7 +16,7 @@ from celery_gaffer.web.security import SESSION_COOKIE, Guard
 from celery_gaffer.web.tokens import SHARED_NAME, configured_tokens
 
 from ...support import FrozenClock
-from .conftest import TOKEN, Client, bearer, csrf_of
+from .conftest import TOKEN, Client, bearer, csrf_of, log_in
 
 ALICE = "alice-secret-0123456789"
 BOT = "deploy-bot-secret-987654"
@@ -168,3 +168,22 @@ def test_a_pause_takes_a_note_and_a_future_until_and_names_a_bad_until(
     assert store.get("job").enabled is False
     shown = client.get("/api/schedules/job").json()
     assert {"paused_note", "paused_until"} <= set(shown)
+
+
+def test_the_pause_form_takes_a_note_and_a_resume_time(
+    client: Client, store: ScheduleStore
+) -> None:
+    store.add("job", "t.noop", every(60))
+    csrf = log_in(client)
+    page = client.get("/schedules/job").text
+    assert 'name="note"' in page
+    assert 'name="until"' in page
+    bad = client.post("/schedules/job/pause", data={"csrf": csrf, "until": "2026-06-01T11:00Z"})
+    assert bad.status_code == 400
+    assert "until: 2026-06-01T11:00Z is not in the future" in bad.text
+    assert store.get("job").enabled is True
+    form = {"csrf": csrf, "note": "freeze", "until": "2026-06-01T13:00Z"}
+    done = client.post("/schedules/job/pause", data=form)
+    assert done.status_code == 303
+    assert store.get("job").enabled is False
+    assert "until 2026-06-01T13:00:00Z" in client.get("/schedules/job").text  # the flash
