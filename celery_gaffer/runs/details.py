@@ -26,6 +26,8 @@ ARGUMENTS_LIMIT = 8 * 1024
 TRACEBACK_LIMIT = 16 * 1024
 # Room kept for the "characters cut" line.
 _MARKER_ROOM = 64
+# Made once: json.dumps with options builds an encoder on each call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def bounded_arguments(value: Any) -> Any:
@@ -33,7 +35,7 @@ def bounded_arguments(value: Any) -> Any:
     if not value:  # (), [], {}, None: the common case, nothing to encode
         return [] if isinstance(value, (tuple, list)) else value
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError):
         return _as_repr(value)
     if len(text) > ARGUMENTS_LIMIT:
