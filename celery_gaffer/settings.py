@@ -29,8 +29,9 @@ _POSTGRES_ALIASES = ("postgres", "postgresql", "postgres+psycopg", "postgresql+p
 # censors the settings whose names contain SECRET, TOKEN, KEY, PASS...).
 WEBHOOK_URL_KEY = "gaffer_alert_webhook_url"
 WEBHOOK_SECRET_URL_KEY = "gaffer_alert_webhook_secret_url"
-#: Every key celery-gaffer reads from ``app.conf`` (``gaffer_web_token`` only the web
-#: console reads): any other ``gaffer_*`` key is reported as unknown.
+#: Every key celery-gaffer reads from ``app.conf`` (``gaffer_web_token``,
+#: ``gaffer_web_tokens`` and ``gaffer_web_read_tokens`` only the web console reads): any
+#: other ``gaffer_*`` key is reported as unknown.
 SETTING_KEYS: tuple[str, ...] = (
     "gaffer_database_url",
     "gaffer_table_prefix",
@@ -41,6 +42,8 @@ SETTING_KEYS: tuple[str, ...] = (
     "gaffer_default_grace",
     "gaffer_metrics_port",
     "gaffer_web_token",
+    "gaffer_web_tokens",
+    "gaffer_web_read_tokens",
     "gaffer_confirm_delivery_after",
     "gaffer_run_retention",
     "gaffer_ledger_retention",

@@ -51,7 +51,7 @@ def web(ctx: click.Context, host: str, port: int) -> None:
     set; then every action needs that token. Stop it with Ctrl-C.
     """
     uvicorn, create_app = _console_modules()
-    from ..web.security import resolve_token
+    from ..web.tokens import configured_tokens, resolve_token
 
     database = ready(ctx)
     app = app_of(ctx)
@@ -68,7 +68,8 @@ def web(ctx: click.Context, host: str, port: int) -> None:
             "or TLS in front of it)",
             err=True,
         )
-    access = "actions need the token" if token else "read-only"
+    acting = [found for found in configured_tokens(app, token) if not found.read_only]
+    access = "actions need the token" if acting else "read-only"
     click.echo(
         f"Gaffer console on {_url(host, bound_port)} ({access}); "
         f"database {database.settings.masked_url}"

@@ -43,6 +43,8 @@ class Delivery:
     #: The error the run failed or retried with, and the seconds until the retry.
     error: BaseException | None = None
     retry_in: float | None = None
+    #: That error's formatted traceback (from Celery's failure or retry signal).
+    traceback: str | None = None
 
     @classmethod
     def of(cls, request: Any) -> Delivery:

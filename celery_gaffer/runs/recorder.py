@@ -6,7 +6,9 @@ and of a task sent by the Gaffer scheduler (its message carries ``gaffer_*`` hea
 ``running`` at ``task_prerun``, its final state at ``task_postrun`` (``succeeded``,
 ``failed``, ``retrying``, or the ``duplicate`` / ``skipped`` / ``fence_lost`` outcome the
 run set; in a worker, usually written a moment later by :mod:`.endings`' thread),
-``revoked`` from ``task_revoked``. While a run is ``running`` a heartbeat keeps
+``revoked`` from ``task_revoked``. The start record keeps the delivery's ``args`` and
+``kwargs``, the end record of a failure (or retry) its traceback, both bounded in size
+(:mod:`.details`). While a run is ``running`` a heartbeat keeps
 its ``updated_at`` fresh; Beat marks a row whose heartbeat stopped ``lost``. A failure to
 write a row is logged with the run's id and never breaks the task.
 """
@@ -31,6 +33,7 @@ from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
 from ..store.database import driver_reason
 from .delivery import Delivery, DeliveryPolicy, first_delivery
+from .details import bounded_arguments, bounded_traceback, traceback_of
 from .endings import Grouped, Write, end_writer
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
@@ -164,6 +167,8 @@ class Recorder:
                 "started_at": now,
                 "worker": request.hostname,
                 "run_key": key,
+                "args": bounded_arguments(args),
+                "kwargs": bounded_arguments(kwargs),
             }
             counted = not first_delivery(request)
             overlap = overlap_to_take(task, database)
@@ -195,16 +200,28 @@ class Recorder:
             _record_failed("start", task_id, exc)
         ping(headers.ping, "start", task_id)
 
-    def failure(self, sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+    def failure(
+        self,
+        sender: Any = None,
+        exception: BaseException | None = None,
+        einfo: Any = None,
+        **_: Any,
+    ) -> None:
         if exception is not None and self._mine(sender):
-            Delivery.of(sender.request).error = exception
+            delivery = Delivery.of(sender.request)
+            delivery.error = exception
+            delivery.traceback = traceback_of(exception, einfo)
 
-    def retry(self, sender: Any = None, reason: Any = None, **_: Any) -> None:
+    def retry(self, sender: Any = None, reason: Any = None, einfo: Any = None, **_: Any) -> None:
         if reason is not None and self._mine(sender):
             delivery = Delivery.of(sender.request)
             # Celery's Retry wraps the error that caused it.
             delivery.error = getattr(reason, "exc", None) or reason
             delivery.retry_in = _seconds_until(getattr(reason, "when", None))
+            error = delivery.error
+            delivery.traceback = traceback_of(
+                error if isinstance(error, BaseException) else None, einfo
+            )
 
     def postrun(
         self,
@@ -238,6 +255,8 @@ class Recorder:
         if error is not None and outcome in _WITH_ERROR:
             values["error_type"] = type(error).__name__[:255]
             values["error_message"] = str(error)[:ERROR_LENGTH]
+            if delivery.traceback is not None:
+                values["traceback"] = bounded_traceback(delivery.traceback)
         elif delivery.reason is not None:
             values["error_message"] = delivery.reason[:ERROR_LENGTH]
         headers = delivery.headers

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Text, cast, false, or_, select, true
 
 from ..protocol import Health
 from .models import Models, table_of
+from .runs import listed_columns
 from .schedule_rows import readable_columns
 
 #: The state words a page of schedules can be filtered by.
@@ -93,7 +94,7 @@ def latest_runs_of(
         .scalar_subquery()
     )
     ids = select(latest_id).where(schedules.c.name.in_(list(names)))
-    rows = conn.execute(select(runs).where(runs.c.id.in_(ids))).mappings()
+    rows = conn.execute(select(*listed_columns(runs)).where(runs.c.id.in_(ids))).mappings()
     return {row["schedule"]: row for row in rows}
 
 
@@ -130,7 +131,7 @@ def recent_runs(
     schedules = table_of(models.Schedule)
     definition = cast(schedules.c.schedule, Text).label("schedule_definition")
     stmt = (
-        select(runs, definition)
+        select(*listed_columns(runs), definition)
         .select_from(runs.outerjoin(schedules, schedules.c.name == runs.c.schedule))
         .limit(limit)
     )

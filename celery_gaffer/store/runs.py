@@ -30,8 +30,19 @@ from .leases import RELEASED, acquire_statement, held_by
 from .models import Models, table_of
 from .prebuilt import prebuilt
 
-# The columns a run's start sets from bound parameters of the same name.
-START_COLUMNS = ("task_id", "task_name", "schedule", "nominal_at", "key", "started_at", "worker")
+# The columns a run's start sets from bound parameters of the same name (``args`` and
+# ``kwargs`` bounded by :mod:`celery_gaffer.runs.details`).
+START_COLUMNS = (
+    "task_id",
+    "task_name",
+    "schedule",
+    "nominal_at",
+    "key",
+    "started_at",
+    "worker",
+    "args",
+    "kwargs",
+)
 
 
 def start_statement(
@@ -131,6 +142,7 @@ END_COLUMN_TYPES = {
     "fence": "bigint",
     "error_type": "str",
     "error_message": "text",
+    "traceback": "text",
 }
 
 
@@ -248,6 +260,31 @@ def finished_between(
     return [(state, int(count)) for state, count in counts], [float(d) for d in durations]
 
 
+#: Columns only a run's own page reads: lists of runs leave them out (up to 32 KB a row).
+DETAIL_COLUMNS = ("args", "kwargs", "traceback")
+
+
+def listed_columns(table: Any) -> list[Any]:
+    """The columns of the run table ``table`` that lists of runs read: all but
+    :data:`DETAIL_COLUMNS`."""
+    return [column for column in table.c if column.name not in DETAIL_COLUMNS]
+
+
+def run_detail(conn: Connection, models: Models, run_id: int) -> dict[str, Any] | None:
+    """Every column of the run row ``run_id``, with ``schedule_definition`` as in
+    :func:`latest_runs`; None when there is no such row."""
+    table = table_of(models.JobRun)
+    schedules = table_of(models.Schedule)
+    definition = cast(schedules.c.schedule, Text).label("schedule_definition")
+    query = (
+        select(table, definition)
+        .select_from(table.outerjoin(schedules, schedules.c.name == table.c.schedule))
+        .where(table.c.id == run_id)
+    )
+    row = conn.execute(query).mappings().first()
+    return None if row is None else dict(row)
+
+
 def latest_runs(
     conn: Connection,
     models: Models,
@@ -263,7 +300,7 @@ def latest_runs(
     schedules = table_of(models.Schedule)
     definition = cast(schedules.c.schedule, Text).label("schedule_definition")
     query = (
-        select(table, definition)
+        select(*listed_columns(table), definition)
         .select_from(table.outerjoin(schedules, schedules.c.name == table.c.schedule))
         .order_by(table.c.id.desc())
         .limit(limit)

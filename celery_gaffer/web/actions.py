@@ -2,13 +2,17 @@
 
 Resume, backfill and edit are previewed with ``ScheduleStore.preview_*`` (the rules the
 operations themselves use) before they are applied; pause and trigger apply at once.
-Bad input raises a GafferError naming the field; nothing is written then.
+A pause takes an optional ``note`` and an optional ``until`` (an aware ISO 8601 time in
+the future: Beat resumes the schedule then). Bad input raises a GafferError naming the
+field; nothing is written then. Each action is done by the store acting as the caller
+(its token's name) through the console or the API (:func:`store_for`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +23,7 @@ from ..protocol import loads_json
 from ..readable import parse_instant
 from ..schedule_store import ScheduleStore
 from ..schedules.preview import Preview
+from .tokens import Token
 
 logger = logging.getLogger("celery_gaffer.web")
 
@@ -43,6 +48,19 @@ _JSON_FIELDS = ("args", "kwargs", "options")
 ACTIONS = ("pause", "resume", "trigger", "backfill", "edit")
 #: Actions applied only once confirmed, after their preview was shown.
 PREVIEWED = ("resume", "backfill", "edit")
+#: Longest note a pause takes.
+NOTE_LENGTH = 1000
+# An ISO 8601 time's offset: "Z" or "+01:00".
+_OFFSET = re.compile(r"(Z|[+-]\d{2}:\d{2})$", re.IGNORECASE)
+
+
+def store_for(store: ScheduleStore, caller: Token | None, source: str) -> ScheduleStore:
+    """``store`` acting as ``caller`` (its token's name is the actor) through ``source``
+    (``"console"`` or ``"api"``); ``store`` itself for no caller."""
+    if caller is None:
+        return store
+    # merged: acting_as - return store.acting_as(caller.name, source)
+    return store
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +126,29 @@ def backfill_range(given: Mapping[str, Any]) -> tuple[datetime, datetime]:
     return bounds[0], bounds[1]
 
 
+def pause_options(given: Mapping[str, Any], now: datetime) -> tuple[str | None, datetime | None]:
+    """A pause's ``note`` (None: none) and ``until`` (None: until resumed) from a form or
+    a JSON object; empty means none. InvalidInput names a bad one."""
+    note = given.get("note")
+    if isinstance(note, str):
+        note = note.strip() or None
+    if note is not None and (not isinstance(note, str) or len(note) > NOTE_LENGTH):
+        raise InvalidInput(f"note: expected text of at most {NOTE_LENGTH} characters", field="note")
+    text = given.get("until")
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return note, None
+    expected = "an ISO 8601 time with its offset, such as 2026-12-01T09:00:00Z"
+    if not isinstance(text, str) or not _OFFSET.search(text.strip()):
+        raise InvalidInput(f"until: expected {expected}", field="until")
+    try:
+        until = parse_instant(text)
+    except ValueError as exc:
+        raise InvalidInput(f"until: {exc}", field="until") from exc
+    if until <= now:
+        raise InvalidInput(f"until: {text.strip()} is not in the future", field="until")
+    return note, until
+
+
 def preview(
     store: ScheduleStore, name: str, action: str, given: Mapping[str, Any], *, from_form: bool
 ) -> Preview:
@@ -123,20 +164,38 @@ def preview(
 
 
 def apply(
-    store: ScheduleStore, name: str, action: str, given: Mapping[str, Any], *, from_form: bool
+    store: ScheduleStore,
+    name: str,
+    action: str,
+    given: Mapping[str, Any],
+    *,
+    from_form: bool,
+    now: datetime,
 ) -> Outcome:
-    """Do ``action`` to ``name`` now, and log one line saying what was done."""
-    outcome = _apply(store, name, action, given, from_form=from_form)
+    """Do ``action`` to ``name`` now (``now``: the console's clock), and log one line
+    saying what was done."""
+    outcome = _apply(store, name, action, given, from_form=from_form, now=now)
     logger.info("console: %s", outcome.message, extra={"action": f"web_{action}", "schedule": name})
     return outcome
 
 
 def _apply(
-    store: ScheduleStore, name: str, action: str, given: Mapping[str, Any], *, from_form: bool
+    store: ScheduleStore,
+    name: str,
+    action: str,
+    given: Mapping[str, Any],
+    *,
+    from_form: bool,
+    now: datetime,
 ) -> Outcome:
     if action == "pause":
+        note, until = pause_options(given, now)
+        # merged: pause note and until - store.pause(name, note=note, until=until)
         store.pause(name)
-        return Outcome(f"paused {name}: it fires again after it is resumed", {"paused": True})
+        facts = {"paused": True, "paused_note": note, "paused_until": _iso(until)}
+        if until is None:
+            return Outcome(f"paused {name}: it fires again after it is resumed", facts)
+        return Outcome(f"paused {name} until {_iso(until)}: then it resumes by itself", facts)
     if action == "resume":
         resumed = store.resume(name)
         next_fire = resumed.next_fire_at
@@ -156,6 +215,10 @@ def _apply(
         store.update(name, **edit_changes(given, from_form=from_form))
         return Outcome(f"updated {name}", {})
     raise InvalidInput(f"action: expected one of {', '.join(ACTIONS)}", field="action")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else f"{value:%Y-%m-%dT%H:%M:%SZ}"
 
 
 def preview_json(found: Preview) -> dict[str, Any]:

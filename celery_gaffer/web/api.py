@@ -1,7 +1,9 @@
 """The console's JSON API under ``/api/``: the pages' data and actions.
 
-Reads are open like the pages. Writes need ``Authorization: Bearer <token>`` (401
-without it) and a console with a token (403 on a read-only one). Errors are
+Reads are open like the pages (unless a token that may only read is configured: then
+they need a token too, see :mod:`.security`). Writes need ``Authorization: Bearer
+<token>`` of a token that may act (401 without one, 403 for a token that may only read
+or on a read-only console), and are recorded under that token's name. Errors are
 ``{"error": "..."}``: 400 for bad input (the GafferError's message, naming the field),
 404 for an unknown schedule.
 """
@@ -105,8 +107,9 @@ def alerts(request: Request) -> Response:
 
 
 async def act(request: Request) -> Response:
-    """POST ``/api/schedules/{name}/pause|resume|trigger|backfill`` (JSON body: ``from``,
-    ``to`` for a backfill; ``dry_run`` for resume and backfill: the preview only)."""
+    """POST ``/api/schedules/{name}/pause|resume|trigger|backfill`` (JSON body: ``note``
+    and ``until`` for a pause, both optional; ``from``, ``to`` for a backfill;
+    ``dry_run`` for resume and backfill: the preview only)."""
     action = request.path_params["action"]
     if action not in ("pause", "resume", "trigger", "backfill"):
         return error(404, f"action: no action {action!r}")
@@ -122,8 +125,11 @@ async def _write(request: Request, action: str) -> Response:
     guard = console_of(request).guard
     if guard.read_only:
         return error(403, READ_ONLY)
-    if not guard.bearer_ok(request):
+    caller = guard.bearer(request)
+    if caller is None:
         return error(401, "this action needs the header Authorization: Bearer <token>")
+    if caller.read_only:
+        return error(403, f"the token {caller.name!r} may only read")
     given = await _body(request)
     dry_run = given.pop("dry_run", False)
     if not isinstance(dry_run, bool):
@@ -132,14 +138,15 @@ async def _write(request: Request, action: str) -> Response:
 
 
 def _do(request: Request, action: str, given: dict[str, Any], dry_run: bool) -> Response:
-    store = console_of(request).store
+    console = console_of(request)
+    store = actions.store_for(console.store, console.guard.bearer(request), "api")
     name = request.path_params["name"]
     if dry_run:
         if action not in actions.PREVIEWED:
             raise InvalidInput(f"dry_run: {action} has no preview", field="dry_run")
         found = actions.preview(store, name, action, given, from_form=False)
         return JSONResponse({"dry_run": True, "preview": actions.preview_json(found)})
-    outcome = actions.apply(store, name, action, given, from_form=False)
+    outcome = actions.apply(store, name, action, given, from_form=False, now=console.clock())
     return JSONResponse({"done": action, "message": outcome.message, **outcome.facts})
 
 

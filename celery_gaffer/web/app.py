@@ -20,10 +20,11 @@ from ..exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError, Sch
 from ..schedule_store import ScheduleStore
 from ..store import database_for
 from ..store.database import driver_reason
-from . import api, pages
+from . import api, pages, run_page
 from .console import Console
 from .edge import RequestEdge
-from .security import Guard, SecurityHeaders, resolve_token
+from .security import Guard, ReadGate, SecurityHeaders
+from .tokens import configured_tokens
 
 logger = logging.getLogger("celery_gaffer.web")
 
@@ -40,7 +41,9 @@ def create_app(
     """The console of ``celery_app``'s Gaffer database (checked: it must be migrated).
 
     ``token`` is what actions need; None reads ``app.conf.gaffer_web_token``, then the
-    environment's ``GAFFER_WEB_TOKEN``; "" (or neither set) makes the console read-only.
+    environment's ``GAFFER_WEB_TOKEN``; "" (or neither set) makes the console read-only
+    unless ``app.conf.gaffer_web_tokens`` names tokens that may act (and
+    ``gaffer_web_read_tokens`` tokens that may only read; see the configuration reference).
     ``clock`` is "now" for health and next fires (tests pass a fixed one).
     ``allowed_hosts``: the only ``Host`` names answered (others get 400, which stops a
     DNS-rebinding page from reading the console); None answers any (behind a proxy that
@@ -49,11 +52,12 @@ def create_app(
     database = database_for(celery_app)
     database.check_ready()
     now = clock or utcnow
+    guard = Guard(configured_tokens(celery_app, token))
     console = Console(
         app=celery_app,
         database=database,
         store=ScheduleStore(celery_app, clock=now),
-        guard=Guard(resolve_token(celery_app, token)),
+        guard=guard,
         clock=now,
     )
     routes = [
@@ -63,6 +67,7 @@ def create_app(
         Route("/schedules/{name:path}/{action}", pages.act, methods=["POST"]),
         Route("/schedules/{name:path}", pages.detail),
         Route("/runs", pages.runs),
+        Route("/runs/{id}", run_page.page),
         Route("/alerts", pages.alerts),
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),
@@ -72,6 +77,7 @@ def create_app(
         Route("/api/schedules/{name:path}", api.schedule, methods=["GET"]),
         Route("/api/schedules/{name:path}", api.edit, methods=["PATCH"]),
         Route("/api/runs", api.runs),
+        Route("/api/runs/{id}", run_page.api_run),
         Route("/api/alerts", api.alerts),
     ]
     app = Starlette(
@@ -80,6 +86,7 @@ def create_app(
         middleware=[
             Middleware(SecurityHeaders, allowed_hosts=allowed_hosts),
             Middleware(RequestEdge),
+            Middleware(ReadGate, guard=guard),
         ],
         exception_handlers={
             GafferError: gaffer_error,

@@ -77,6 +77,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         .render(
             read_only=guard.read_only,
             logged_in=guard.logged_in(request),
+            can_act=guard.may_act(request),
             csrf=guard.csrf_token(request),
             flash=flash,
             **context,
@@ -185,15 +186,16 @@ def login_form(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     guard = console_of(request).guard
-    if guard.read_only:
+    if not guard.tokens:
         return message(request, 403, "Read-only", READ_ONLY)
     form = await request.form()
-    token = form.get("token")
-    if not isinstance(token, str) or not guard.token_matches(token):
+    given = form.get("token")
+    token = guard.token_for(given) if isinstance(given, str) else None
+    if token is None:
         return render(request, "login.html", 401, title="Log in", error="That token is wrong.")
     response = RedirectResponse("/schedules", status_code=303)
     response.set_cookie(
-        SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict", path="/"
+        SESSION_COOKIE, guard.session_value(token), httponly=True, samesite="strict", path="/"
     )
     return response
 
@@ -232,8 +234,9 @@ def _act(
     request: Request, name: str, action: str, given: dict[str, str], confirmed: bool
 ) -> Response:
     console = console_of(request)
+    store = actions.store_for(console.store, console.guard.caller(request), "console")
     if action in actions.PREVIEWED and not confirmed:
-        preview = actions.preview(console.store, name, action, given, from_form=True)
+        preview = actions.preview(store, name, action, given, from_form=True)
         return render(
             request,
             "confirm.html",
@@ -245,7 +248,7 @@ def _act(
             zone=_zone_after(console, name, action, given),
             fields=sorted(given.items()),
         )
-    outcome = actions.apply(console.store, name, action, given, from_form=True)
+    outcome = actions.apply(store, name, action, given, from_form=True, now=console.clock())
     response = RedirectResponse(f"/schedules/{quote(name, safe='')}", status_code=303)
     response.set_cookie(
         FLASH_COOKIE, quote(outcome.message), httponly=True, samesite="strict", path="/"

@@ -13,7 +13,16 @@ from ..schedules.display import describe, when, zone_of
 from ..schedules.kinds import At, Cron, Every, Schedule
 from ..store.schedule_rows import StoredSchedule
 
-__all__ = ["describe", "in_words", "iso", "run_json", "run_reason", "when", "zone_of"]
+__all__ = [
+    "describe",
+    "in_words",
+    "iso",
+    "run_detail_json",
+    "run_json",
+    "run_reason",
+    "when",
+    "zone_of",
+]
 
 _DAYS = {"1-5": "on weekdays", "0,6": "on weekends", "6,0": "on weekends", "*": "daily"}
 _NUMBER = re.compile(r"\d{1,2}")
@@ -89,6 +98,9 @@ def schedule_json(
         "zone": zone_name(stored.schedule),
         "next_fire_at": iso(stored.next_fire_at),
         "paused": not stored.enabled,
+        # merged: paused note and until - stored.paused_note, iso(stored.paused_until)
+        "paused_note": None,
+        "paused_until": None,
         "source": stored.source,
         "args": stored.args,
         "kwargs": stored.kwargs,
@@ -121,6 +133,25 @@ def run_json(row: Mapping[Any, Any]) -> dict[str, Any]:
         "cursor": row["cursor"],
         "worker": row["worker"],
         "reason": run_reason(dict(row)),
+    }
+
+
+def run_detail_json(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A run record as ``/api/runs/{id}`` returns it: :func:`run_json`'s fields, the
+    error's type and message apart and as one line (``error``, None without one), what
+    else the record knows, the delivery's ``args`` and ``kwargs`` and the ``traceback``
+    as stored (bounded: see :mod:`celery_gaffer.runs.details`)."""
+    return {
+        **run_json(row),
+        "error": run_reason(dict(row)) if row["error_type"] else None,
+        "error_type": row["error_type"],
+        "error_message": row["error_message"],
+        "lease": row["lease"],
+        "next_run_at": iso(row["next_run_at"]),
+        "updated_at": iso(row["updated_at"]),
+        "args": row["args"],
+        "kwargs": row["kwargs"],
+        "traceback": row["traceback"],
     }
 
 
