@@ -59,8 +59,7 @@ def store_for(store: ScheduleStore, caller: Token | None, source: str) -> Schedu
     (``"console"`` or ``"api"``); ``store`` itself for no caller."""
     if caller is None:
         return store
-    # merged: acting_as - return store.acting_as(caller.name, source)
-    return store
+    return store.acting_as(caller.name, source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +189,7 @@ def _apply(
 ) -> Outcome:
     if action == "pause":
         note, until = pause_options(given, now)
-        # merged: pause note and until - store.pause(name, note=note, until=until)
-        store.pause(name)
+        store.pause(name, note=note, until=until)
         facts = {"paused": True, "paused_note": note, "paused_until": _iso(until)}
         if until is None:
             return Outcome(f"paused {name}: it fires again after it is resumed", facts)

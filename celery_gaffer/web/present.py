@@ -98,9 +98,8 @@ def schedule_json(
         "zone": zone_name(stored.schedule),
         "next_fire_at": iso(stored.next_fire_at),
         "paused": not stored.enabled,
-        # merged: paused note and until - stored.paused_note, iso(stored.paused_until)
-        "paused_note": None,
-        "paused_until": None,
+        "paused_note": stored.paused_note,
+        "paused_until": iso(stored.paused_until),
         "source": stored.source,
         "args": stored.args,
         "kwargs": stored.kwargs,
