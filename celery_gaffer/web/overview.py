@@ -1,0 +1,374 @@
+"""The console's overview (``/`` and ``GET /api/overview``): schedules counted by state,
+the Beats and how far behind each is, fires and runs per minute over the last hour and
+day, and the next clock change among the zones the cron schedules use.
+
+Fast whatever the number of schedules and runs (see :mod:`celery_gaffer.store.overview`):
+the counts are one ``GROUP BY`` over small columns. A row whose stored health word no
+longer holds (its ``check_at`` has passed and Beat has not re-checked it) is evaluated
+live by Beat's rules, the first :data:`STALE_EVALUATED` of them; past those, when no
+Beat is running they count as ``late`` (their next fire's grace has expired with no Beat
+to send it), else under their stored word (a running Beat re-checks them within ticks).
+The zones in use are a scan of the schedules' JSON, so they are read at most once every
+:data:`ZONES_TTL` seconds per console process.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..beat.health import evaluate_safely
+from ..protocol import Health, RunState
+from ..schedules.clock_changes import ClockChange, clock_changes, offset_text
+from ..schedules.cron_engine import load_zone
+from ..schedules.explain import RULE_TEXT, Rule
+from ..store import beats as registry
+from ..store import overview as queries
+from ..store.console import STATES
+from .console import Console
+from .pages import console_of, render
+from .present import iso
+
+#: Seconds without a tick from any Beat after which the overview says no Beat is running.
+BEAT_QUIET = 60
+#: Stale rows evaluated live at most, per overview.
+STALE_EVALUATED = 100
+#: Seconds the zones in use are kept before they are read again.
+ZONES_TTL = 300
+#: How far ahead the next clock change is looked for.
+CLOCK_HORIZON = timedelta(days=400)
+#: The run states the charts count, in the order they are stacked.
+CHART_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.DUPLICATE)
+#: Fill of each state's bars, and of the fires' line.
+CHART_COLOURS = {
+    "succeeded": "#2e7d32",
+    "failed": "#c62828",
+    "skipped": "#b26a00",
+    "duplicate": "#5f6b7a",
+    "fires": "#2f6fb3",
+}
+_CHART_WIDTH, _CHART_HEIGHT = 600, 80
+
+
+@dataclass(frozen=True, slots=True)
+class BeatLine:
+    """A registered Beat and how long ago it last ticked."""
+
+    name: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_tick_at: datetime
+    behind: float
+
+    @property
+    def quiet(self) -> bool:
+        return self.behind > BEAT_QUIET
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": iso(self.started_at),
+            "last_tick_at": iso(self.last_tick_at),
+            "behind_seconds": round(self.behind, 3),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Fires and runs counted per bucket of ``bucket`` seconds, the oldest first."""
+
+    title: str
+    bucket: int
+    start: datetime
+    fires: list[int]
+    runs: dict[str, list[int]]
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {"fires": sum(self.fires), **{state: sum(n) for state, n in self.runs.items()}}
+
+    @property
+    def label(self) -> str:
+        totals = self.totals
+        runs = ", ".join(f"{totals[state]} {state}" for state in self.runs)
+        return f"{self.title}: {totals['fires']} fires; runs: {runs}"
+
+    def bars(self) -> list[dict[str, Any]]:
+        """The runs as stacked bars: one SVG rectangle per state and bucket with runs."""
+        scale, width = self._scale()
+        shapes: list[dict[str, Any]] = []
+        for index in range(len(self.fires)):
+            top = float(_CHART_HEIGHT)
+            for state, counts in self.runs.items():
+                height = counts[index] * scale
+                if height <= 0:
+                    continue
+                top -= height
+                shapes.append(
+                    {
+                        "x": round(index * width, 2),
+                        "y": round(top, 2),
+                        "width": round(max(width - 1, 1), 2),
+                        "height": round(height, 2),
+                        "fill": CHART_COLOURS[state],
+                    }
+                )
+        return shapes
+
+    def fire_points(self) -> str:
+        """The fires as the points of an SVG polyline, one a bucket."""
+        scale, width = self._scale()
+        return " ".join(
+            f"{round((index + 0.5) * width, 2)},{round(_CHART_HEIGHT - number * scale, 2)}"
+            for index, number in enumerate(self.fires)
+        )
+
+    def _scale(self) -> tuple[float, float]:
+        """Pixels a count, and a bucket's width."""
+        stacked = [sum(column) for column in zip(*self.runs.values(), strict=True)]
+        tallest = max([*self.fires, *stacked], default=0)
+        scale = (_CHART_HEIGHT - 2) / tallest if tallest else 0.0
+        return scale, _CHART_WIDTH / len(self.fires) if self.fires else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "start": iso(self.start),
+            "bucket_seconds": self.bucket,
+            "fires": self.fires,
+            "runs": self.runs,
+            "totals": self.totals,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    counts: dict[str, int]
+    #: Schedules counted without a live evaluation (see the module's docstring).
+    estimated: int
+    beats: list[BeatLine]
+    beat_down: bool
+    hour: Series
+    day: Series
+    clock_change: dict[str, Any] | None
+    zones: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "counts": self.counts,
+            "beats": [beat.as_json() for beat in self.beats],
+            "next_clock_change": self.clock_change,
+            "beat_down": self.beat_down,
+            "beat_quiet_seconds": BEAT_QUIET,
+            "estimated": self.estimated,
+            "series": {"hour": self.hour.as_json(), "day": self.day.as_json()},
+        }
+
+
+class ZonesInUse:
+    """The zones of the cron schedules, read again at most every ``ttl`` seconds."""
+
+    def __init__(self, ttl: float = ZONES_TTL) -> None:
+        self._ttl = timedelta(seconds=ttl)
+        self._lock = threading.Lock()
+        self._read: tuple[datetime, list[str]] | None = None
+
+    def get(self, console: Console, now: datetime) -> list[str]:
+        with self._lock:
+            if self._read is not None and now - self._read[0] < self._ttl:
+                return self._read[1]
+        with console.database.read() as conn:
+            zones = queries.cron_zones(conn, console.database.models)
+        with self._lock:
+            self._read = (now, zones)
+        return zones
+
+
+def zones_of(request: Request) -> ZonesInUse:
+    state = request.app.state
+    zones = getattr(state, "overview_zones", None)
+    if not isinstance(zones, ZonesInUse):
+        zones = state.overview_zones = ZonesInUse()
+    return zones
+
+
+def read_overview(
+    console: Console, zones: ZonesInUse, *, stale_limit: int = STALE_EVALUATED
+) -> Overview:
+    """Everything the overview shows, at the console's "now" (``stale_limit``: stale
+    rows evaluated live at most)."""
+    now = console.clock()
+    models = console.database.models
+    day_start = _bucket_start(now, 15 * 60, 96)
+    with console.database.read() as conn:
+        found = [
+            BeatLine(b.name, b.host, b.pid, b.started_at, b.last_tick_at, _behind(now, b))
+            for b in registry.beats(conn, models)
+        ]
+        beat_down = beat_is_down(found)
+        counts, estimated = _counts(conn, console, now, beat_down, stale_limit)
+        runs = queries.run_series(conn, models, [str(s) for s in CHART_STATES], day_start)
+        fires = queries.fire_series(conn, models, day_start)
+    hour = _series("Last hour", now, 60, 60, runs, fires)
+    day = _series("Last day", now, 15 * 60, 96, runs, fires)
+    in_use = zones.get(console, now)
+    return Overview(
+        counts, estimated, found, beat_down, hour, day, next_clock_change(in_use, now), in_use
+    )
+
+
+def beat_is_down(found: list[BeatLine]) -> bool:
+    """No Beat has ticked in the last :data:`BEAT_QUIET` seconds (or none is registered)."""
+    return all(beat.quiet for beat in found)
+
+
+def _behind(now: datetime, beat: registry.BeatInfo) -> float:
+    return max((now - beat.last_tick_at).total_seconds(), 0.0)
+
+
+def _counts(
+    conn: Connection, console: Console, now: datetime, beat_down: bool, stale_limit: int
+) -> tuple[dict[str, int], int]:
+    models = console.database.models
+    counts = dict.fromkeys(STATES, 0)
+    stale_by_word: dict[str, int] = {}
+    for (word, stale), number in queries.state_counts(conn, models, now).items():
+        word = word if word in counts else str(Health.OK)
+        if stale:
+            stale_by_word[word] = stale_by_word.get(word, 0) + number
+        else:
+            counts[word] += number
+    if not stale_by_word:
+        return counts, 0
+    for row in queries.stale_rows(conn, models, now, stale_limit):
+        health, _ = evaluate_safely(conn, models, row, now, console.database.settings)
+        counts[health.state] = counts.get(health.state, 0) + 1
+        stored = row["health"] if row["health"] in counts else str(Health.OK)
+        stale_by_word[stored] = stale_by_word.get(stored, 0) - 1
+    estimated = 0
+    for word, number in stale_by_word.items():
+        if number <= 0:
+            continue
+        estimated += number
+        counts[str(Health.LATE) if beat_down else word] += number
+    return counts, estimated
+
+
+def _bucket_start(now: datetime, bucket: int, count: int) -> datetime:
+    minute = queries.minute_of(now) * 60
+    last = minute - minute % bucket
+    return datetime.fromtimestamp(last - (count - 1) * bucket, tz=now.tzinfo)
+
+
+def _series(
+    title: str,
+    now: datetime,
+    bucket: int,
+    count: int,
+    runs: dict[tuple[str, int], int],
+    fires: dict[int, int],
+) -> Series:
+    start = _bucket_start(now, bucket, count)
+    first = queries.minute_of(start)
+    per = bucket // 60
+
+    def index(minute: int) -> int | None:
+        offset = (minute - first) // per
+        return offset if 0 <= offset < count else None
+
+    fire_counts = [0] * count
+    for minute, number in fires.items():
+        at = index(minute)
+        if at is not None:
+            fire_counts[at] += number
+    run_counts = {str(state): [0] * count for state in CHART_STATES}
+    for (state, minute), number in runs.items():
+        at = index(minute)
+        if at is not None and state in run_counts:
+            run_counts[state][at] += number
+    return Series(title, bucket, start, fire_counts, run_counts)
+
+
+def next_clock_change(zones: list[str], now: datetime) -> dict[str, Any] | None:
+    """The earliest clock change after ``now`` among ``zones`` (within
+    :data:`CLOCK_HORIZON`), with every zone that changes at that instant and what it
+    does to the schedules; None when none of them changes."""
+    found: list[tuple[str, ClockChange]] = []
+    for name in zones:
+        try:
+            zone = load_zone(name)
+        except ValueError:
+            continue  # a zone this machine's tzdata does not know
+        change = next(iter(clock_changes(zone, now, now + CLOCK_HORIZON)), None)
+        if change is not None:
+            found.append((name, change))
+    if not found:
+        return None
+    at = min(change.at for _, change in found)
+    first = [(name, change) for name, change in found if change.at == at]
+    name, change = first[0]
+    return {
+        "at": iso(at),
+        "zone": name,
+        "zones": [zone for zone, _ in first],
+        "kind": change.kind,
+        "before_offset": offset_text(change.before),
+        "after_offset": offset_text(change.after),
+        "before_abbreviation": change.before_abbreviation,
+        "after_abbreviation": change.after_abbreviation,
+        "wall_from": change.wall_from.isoformat(),
+        "wall_to": change.wall_to.isoformat(),
+        "effect": clock_effect(change),
+    }
+
+
+def clock_effect(change: ClockChange) -> str:
+    """What a clock change does to the schedules, in one sentence (docs/dst.md's rules)."""
+    shift = abs(change.after - change.before)
+    minutes = int(shift.total_seconds() // 60)
+    amount = f"{minutes} minutes"
+    if minutes % 60 == 0:
+        amount = "1 hour" if minutes == 60 else f"{minutes // 60} hours"
+    start, end = f"{change.wall_from:%H:%M}", f"{change.wall_to:%H:%M}"
+    last = f"{change.wall_to - timedelta(minutes=1):%H:%M}"
+    abbreviations = f"{change.before_abbreviation} → {change.after_abbreviation}"
+    if change.kind == "gap":
+        return (
+            f"Clocks go forward {amount} at {start} ({abbreviations}): wall times "
+            f"{start} to {last} do not happen; {RULE_TEXT[Rule.GAP_END]} ({end}); "
+            f"{RULE_TEXT[Rule.EVERY_INSTANT]}; {RULE_TEXT[Rule.ELAPSED]}."
+        )
+    return (
+        f"Clocks go back {amount} at {end} ({abbreviations}): wall times "
+        f"{start} to {last} happen twice; {RULE_TEXT[Rule.FIRST_OCCURRENCE]}; "
+        f"{RULE_TEXT[Rule.EVERY_INSTANT]}; {RULE_TEXT[Rule.ELAPSED]}."
+    )
+
+
+def page(request: Request) -> Response:
+    """``/``: the overview page."""
+    found = read_overview(console_of(request), zones_of(request))
+    return render(
+        request,
+        "overview.html",
+        title="Overview",
+        section="overview",
+        overview=found,
+        beat_quiet=BEAT_QUIET,
+        colours=CHART_COLOURS,
+        chart_width=_CHART_WIDTH,
+        chart_height=_CHART_HEIGHT,
+    )
+
+
+def api(request: Request) -> Response:
+    """``GET /api/overview``."""
+    return JSONResponse(read_overview(console_of(request), zones_of(request)).as_json())
