@@ -24,13 +24,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..beat.health import evaluate_safely
-from ..protocol import Health, RunState
+from ..protocol import Health
 from ..schedules.clock_changes import ClockChange, clock_changes, offset_text
 from ..schedules.cron_engine import load_zone
 from ..schedules.explain import RULE_TEXT, Rule
 from ..store import beats as registry
 from ..store import overview as queries
 from ..store.console import STATES
+from .activity import CHART_COLOURS, CHART_HEIGHT, CHART_WIDTH, MinuteCounts, Series, charts
 from .console import Console
 from .pages import console_of, render
 from .present import iso
@@ -43,17 +44,6 @@ STALE_EVALUATED = 100
 ZONES_TTL = 300
 #: How far ahead the next clock change is looked for.
 CLOCK_HORIZON = timedelta(days=400)
-#: The run states the charts count, in the order they are stacked.
-CHART_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.DUPLICATE)
-#: Fill of each state's bars, and of the fires' line.
-CHART_COLOURS = {
-    "succeeded": "#2e7d32",
-    "failed": "#c62828",
-    "skipped": "#b26a00",
-    "duplicate": "#5f6b7a",
-    "fires": "#2f6fb3",
-}
-_CHART_WIDTH, _CHART_HEIGHT = 600, 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,73 +69,6 @@ class BeatLine:
             "started_at": iso(self.started_at),
             "last_tick_at": iso(self.last_tick_at),
             "behind_seconds": round(self.behind, 3),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """Fires and runs counted per bucket of ``bucket`` seconds, the oldest first."""
-
-    title: str
-    bucket: int
-    start: datetime
-    fires: list[int]
-    runs: dict[str, list[int]]
-
-    @property
-    def totals(self) -> dict[str, int]:
-        return {"fires": sum(self.fires), **{state: sum(n) for state, n in self.runs.items()}}
-
-    @property
-    def label(self) -> str:
-        totals = self.totals
-        runs = ", ".join(f"{totals[state]} {state}" for state in self.runs)
-        return f"{self.title}: {totals['fires']} fires; runs: {runs}"
-
-    def bars(self) -> list[dict[str, Any]]:
-        """The runs as stacked bars: one SVG rectangle per state and bucket with runs."""
-        scale, width = self._scale()
-        shapes: list[dict[str, Any]] = []
-        for index in range(len(self.fires)):
-            top = float(_CHART_HEIGHT)
-            for state, counts in self.runs.items():
-                height = counts[index] * scale
-                if height <= 0:
-                    continue
-                top -= height
-                shapes.append(
-                    {
-                        "x": round(index * width, 2),
-                        "y": round(top, 2),
-                        "width": round(max(width - 1, 1), 2),
-                        "height": round(height, 2),
-                        "fill": CHART_COLOURS[state],
-                    }
-                )
-        return shapes
-
-    def fire_points(self) -> str:
-        """The fires as the points of an SVG polyline, one a bucket."""
-        scale, width = self._scale()
-        return " ".join(
-            f"{round((index + 0.5) * width, 2)},{round(_CHART_HEIGHT - number * scale, 2)}"
-            for index, number in enumerate(self.fires)
-        )
-
-    def _scale(self) -> tuple[float, float]:
-        """Pixels a count, and a bucket's width."""
-        stacked = [sum(column) for column in zip(*self.runs.values(), strict=True)]
-        tallest = max([*self.fires, *stacked], default=0)
-        scale = (_CHART_HEIGHT - 2) / tallest if tallest else 0.0
-        return scale, _CHART_WIDTH / len(self.fires) if self.fires else 0.0
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "start": iso(self.start),
-            "bucket_seconds": self.bucket,
-            "fires": self.fires,
-            "runs": self.runs,
-            "totals": self.totals,
         }
 
 
@@ -192,22 +115,29 @@ class ZonesInUse:
         return zones
 
 
-def zones_of(request: Request) -> ZonesInUse:
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What one console process keeps between overviews: the zones in use and the
+    last day's counts per minute."""
+
+    zones: ZonesInUse = field(default_factory=ZonesInUse)
+    minutes: MinuteCounts = field(default_factory=MinuteCounts)
+
+
+def kept_of(request: Request) -> Kept:
+    """The console's :class:`Kept`, made on its first overview."""
     state = request.app.state
-    zones = getattr(state, "overview_zones", None)
-    if not isinstance(zones, ZonesInUse):
-        zones = state.overview_zones = ZonesInUse()
-    return zones
+    kept = getattr(state, "overview_kept", None)
+    if not isinstance(kept, Kept):
+        kept = state.overview_kept = Kept()
+    return kept
 
 
-def read_overview(
-    console: Console, zones: ZonesInUse, *, stale_limit: int = STALE_EVALUATED
-) -> Overview:
+def read_overview(console: Console, kept: Kept, *, stale_limit: int = STALE_EVALUATED) -> Overview:
     """Everything the overview shows, at the console's "now" (``stale_limit``: stale
     rows evaluated live at most)."""
     now = console.clock()
     models = console.database.models
-    day_start = _bucket_start(now, 15 * 60, 96)
     with console.database.read() as conn:
         found = [
             BeatLine(b.name, b.host, b.pid, b.started_at, b.last_tick_at, _behind(now, b))
@@ -215,11 +145,8 @@ def read_overview(
         ]
         beat_down = beat_is_down(found)
         counts, estimated = _counts(conn, console, now, beat_down, stale_limit)
-        runs = queries.run_series(conn, models, [str(s) for s in CHART_STATES], day_start)
-        fires = queries.fire_series(conn, models, day_start)
-    hour = _series("Last hour", now, 60, 60, runs, fires)
-    day = _series("Last day", now, 15 * 60, 96, runs, fires)
-    in_use = zones.get(console, now)
+    hour, day = charts(kept.minutes, console, now)
+    in_use = kept.zones.get(console, now)
     return Overview(
         counts, estimated, found, beat_down, hour, day, next_clock_change(in_use, now), in_use
     )
@@ -260,41 +187,6 @@ def _counts(
         estimated += number
         counts[str(Health.LATE) if beat_down else word] += number
     return counts, estimated
-
-
-def _bucket_start(now: datetime, bucket: int, count: int) -> datetime:
-    minute = queries.minute_of(now) * 60
-    last = minute - minute % bucket
-    return datetime.fromtimestamp(last - (count - 1) * bucket, tz=now.tzinfo)
-
-
-def _series(
-    title: str,
-    now: datetime,
-    bucket: int,
-    count: int,
-    runs: dict[tuple[str, int], int],
-    fires: dict[int, int],
-) -> Series:
-    start = _bucket_start(now, bucket, count)
-    first = queries.minute_of(start)
-    per = bucket // 60
-
-    def index(minute: int) -> int | None:
-        offset = (minute - first) // per
-        return offset if 0 <= offset < count else None
-
-    fire_counts = [0] * count
-    for minute, number in fires.items():
-        at = index(minute)
-        if at is not None:
-            fire_counts[at] += number
-    run_counts = {str(state): [0] * count for state in CHART_STATES}
-    for (state, minute), number in runs.items():
-        at = index(minute)
-        if at is not None and state in run_counts:
-            run_counts[state][at] += number
-    return Series(title, bucket, start, fire_counts, run_counts)
 
 
 def next_clock_change(zones: list[str], now: datetime) -> dict[str, Any] | None:
@@ -355,7 +247,7 @@ def clock_effect(change: ClockChange) -> str:
 
 def page(request: Request) -> Response:
     """``/``: the overview page."""
-    found = read_overview(console_of(request), zones_of(request))
+    found = read_overview(console_of(request), kept_of(request))
     return render(
         request,
         "overview.html",
@@ -364,11 +256,11 @@ def page(request: Request) -> Response:
         overview=found,
         beat_quiet=BEAT_QUIET,
         colours=CHART_COLOURS,
-        chart_width=_CHART_WIDTH,
-        chart_height=_CHART_HEIGHT,
+        chart_width=CHART_WIDTH,
+        chart_height=CHART_HEIGHT,
     )
 
 
 def api(request: Request) -> Response:
     """``GET /api/overview``."""
-    return JSONResponse(read_overview(console_of(request), zones_of(request)).as_json())
+    return JSONResponse(read_overview(console_of(request), kept_of(request)).as_json())

@@ -13,7 +13,7 @@ from celery_gaffer.store import database_for
 from celery_gaffer.store.beats import heartbeat
 from celery_gaffer.store.models import table_of
 from celery_gaffer.web import create_app
-from celery_gaffer.web.overview import BEAT_QUIET, ZonesInUse, read_overview
+from celery_gaffer.web.overview import BEAT_QUIET, Kept, read_overview
 
 from ...support import FrozenClock
 from .conftest import TOKEN, Client, insert_fire, insert_run
@@ -126,11 +126,11 @@ def test_stale_rows_past_the_evaluated_ones_count_as_late_only_when_no_beat_runs
         conn.execute(update(table).values(check_at=clock() + timedelta(seconds=30)))
     clock.advance(600)
     console = create_app(celery_app, token=TOKEN, clock=clock).state.console
-    down = read_overview(console, ZonesInUse(), stale_limit=1)
+    down = read_overview(console, Kept(), stale_limit=1)
     assert down.beat_down is True
     assert (down.counts["late"], down.counts["ok"], down.estimated) == (4, 0, 3)
     beat_ticked(celery_app, "alpha:11", clock())
-    up = read_overview(console, ZonesInUse(), stale_limit=1)
+    up = read_overview(console, Kept(), stale_limit=1)
     # One evaluated (late); the three others under the word Beat stored until it re-checks.
     assert (up.counts["late"], up.counts["ok"], up.estimated) == (1, 3, 3)
 
@@ -169,6 +169,27 @@ def test_fires_and_runs_are_counted_per_minute_over_the_hour_and_per_15_minutes_
         in page
     )
     assert "<title>Last day: 3 fires" in page
+
+
+def test_a_later_overview_reads_only_the_minutes_since_the_last_one(
+    celery_app: Celery, client: Client, store: ScheduleStore, clock: FrozenClock
+) -> None:
+    store.add("job", "t.noop", every(60))
+    insert_run(celery_app, "job", clock() - timedelta(minutes=5), state="succeeded")
+    insert_run(celery_app, "job", clock() - timedelta(seconds=30), state="failed")
+    first = client.get("/api/overview").json()["series"]["hour"]["totals"]
+    assert (first["succeeded"], first["failed"]) == (1, 1)
+    clock.advance(180)
+    # A run ending now is counted; a row written into a minute read three minutes ago
+    # (past the settling minutes) is not read again.
+    insert_run(celery_app, "job", clock(), state="succeeded")
+    insert_run(celery_app, "job", clock() - timedelta(minutes=8), state="skipped")
+    later = client.get("/api/overview").json()["series"]["hour"]
+    assert (later["totals"]["succeeded"], later["totals"]["skipped"]) == (2, 0)
+    assert later["runs"]["failed"][-5] == 1  # 11:59, still where it was counted
+    clock.advance(3600)
+    gone = client.get("/api/overview").json()["series"]["hour"]["totals"]
+    assert (gone["succeeded"], gone["failed"]) == (0, 0)
 
 
 def test_the_next_clock_change_among_the_zones_in_use_is_shown_with_what_it_does(
