@@ -2,22 +2,27 @@
 the Beats and how far behind each is, fires and runs per minute over the last hour and
 day, and the next clock change among the zones the cron schedules use.
 
-Fast whatever the number of schedules and runs (see :mod:`celery_gaffer.store.overview`):
-the counts are one ``GROUP BY`` over small columns. A row whose stored health word no
-longer holds (its ``check_at`` has passed and Beat has not re-checked it) is evaluated
-live by Beat's rules, the first :data:`STALE_EVALUATED` of them; past those, when no
-Beat is running they count as ``late`` (their next fire's grace has expired with no Beat
-to send it), else under their stored word (a running Beat re-checks them within ticks).
-The zones in use are a scan of the schedules' JSON, so they are read at most once every
-:data:`ZONES_TTL` seconds per console process.
+The schedules are counted by one ``GROUP BY`` over small columns of every row
+(:mod:`celery_gaffer.store.overview`): a scan, so the count is kept
+:data:`COUNTS_TTL` seconds and then made again on a thread while the kept one is shown
+(only a console's first overview waits for it); the zones in use, a scan of the JSON
+definitions, likewise every :data:`ZONES_TTL` seconds. A row whose stored health word
+no longer holds (its ``check_at`` had passed when counted, and Beat has not re-checked
+it) is evaluated live by Beat's rules, the first :data:`STALE_EVALUATED` of them; past
+those, when no Beat is running they count as ``late`` (their next fire's grace has
+expired with no Beat to send it), else under their stored word (a running Beat
+re-checks them within a few ticks); ``estimated`` says how many. The charts' counts
+per minute are kept too (:mod:`.activity`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection
 from starlette.requests import Request
@@ -36,12 +41,17 @@ from .console import Console
 from .pages import console_of, render
 from .present import iso
 
+logger = logging.getLogger("celery_gaffer.web")
+T = TypeVar("T")
+
 #: Seconds without a tick from any Beat after which the overview says no Beat is running.
 BEAT_QUIET = 60
 #: Stale rows evaluated live at most, per overview.
-STALE_EVALUATED = 100
+STALE_EVALUATED = 20
 #: Seconds the zones in use are kept before they are read again.
 ZONES_TTL = 300
+#: Seconds the schedules' count by stored state is kept before it is read again.
+COUNTS_TTL = 10
 #: How far ahead the next clock change is looked for.
 CLOCK_HORIZON = timedelta(days=400)
 
@@ -77,6 +87,8 @@ class Overview:
     counts: dict[str, int]
     #: Schedules counted without a live evaluation (see the module's docstring).
     estimated: int
+    #: When the schedules were counted (at most :data:`COUNTS_TTL` seconds ago).
+    counted_at: datetime
     beats: list[BeatLine]
     beat_down: bool
     hour: Series
@@ -92,36 +104,91 @@ class Overview:
             "beat_down": self.beat_down,
             "beat_quiet_seconds": BEAT_QUIET,
             "estimated": self.estimated,
+            "counted_at": iso(self.counted_at),
             "series": {"hour": self.hour.as_json(), "day": self.day.as_json()},
         }
 
 
-class ZonesInUse:
-    """The zones of the cron schedules, read again at most every ``ttl`` seconds."""
+class Refreshed(Generic[T]):
+    """A value read by ``load`` and kept ``ttl`` seconds. Once it is older, the next
+    :meth:`get` starts reading it again on a thread of its own and answers the kept
+    value meanwhile: only the first read is waited for. ``background=False`` reads it
+    again within :meth:`get` instead."""
 
-    def __init__(self, ttl: float = ZONES_TTL) -> None:
+    def __init__(
+        self, load: Callable[[Console, datetime], T], ttl: float, *, background: bool = True
+    ) -> None:
+        self._load = load
         self._ttl = timedelta(seconds=ttl)
+        self._background = background
         self._lock = threading.Lock()
-        self._read: tuple[datetime, list[str]] | None = None
+        self._kept: tuple[datetime, T] | None = None
+        self._reading: threading.Thread | None = None
 
-    def get(self, console: Console, now: datetime) -> list[str]:
+    def get(self, console: Console, now: datetime) -> tuple[T, datetime]:
+        """The value and the console time it was read at."""
         with self._lock:
-            if self._read is not None and now - self._read[0] < self._ttl:
-                return self._read[1]
-        with console.database.read() as conn:
-            zones = queries.cron_zones(conn, console.database.models)
+            kept = self._kept
+            if kept is not None:
+                if now - kept[0] < self._ttl or self._reading is not None:
+                    return kept[1], kept[0]
+                if self._background:
+                    self._reading = threading.Thread(
+                        target=self._read_again, args=(console, now), daemon=True
+                    )
+                    self._reading.start()
+                    return kept[1], kept[0]
+        value = self._load(console, now)
         with self._lock:
-            self._read = (now, zones)
-        return zones
+            self._kept = (now, value)
+        return value, now
+
+    def wait(self) -> None:
+        """Until a reading started by :meth:`get` is done."""
+        reading = self._reading
+        if reading is not None:
+            reading.join()
+
+    def _read_again(self, console: Console, now: datetime) -> None:
+        try:
+            value = self._load(console, now)
+        except Exception:
+            logger.exception(
+                "overview: reading again failed", extra={"action": "web_overview_read"}
+            )
+            with self._lock:
+                self._reading = None
+            return
+        with self._lock:
+            self._kept = (now, value)
+            self._reading = None
+
+
+def _zones(console: Console, now: datetime) -> list[str]:
+    with console.database.read() as conn:
+        return queries.cron_zones(conn, console.database.models)
+
+
+def _state_counts(console: Console, now: datetime) -> dict[tuple[str, bool], int]:
+    with console.database.read() as conn:
+        return queries.state_counts(conn, console.database.models, now)
 
 
 @dataclass(frozen=True, slots=True)
 class Kept:
-    """What one console process keeps between overviews: the zones in use and the
-    last day's counts per minute."""
+    """What one console process keeps between overviews: the zones in use, the
+    schedules counted by stored state, and the last day's counts per minute."""
 
-    zones: ZonesInUse = field(default_factory=ZonesInUse)
+    background: bool = True
+    zones: Refreshed[list[str]] = field(init=False)
+    counts: Refreshed[dict[tuple[str, bool], int]] = field(init=False)
     minutes: MinuteCounts = field(default_factory=MinuteCounts)
+
+    def __post_init__(self) -> None:
+        background = self.background
+        object.__setattr__(self, "zones", Refreshed(_zones, ZONES_TTL, background=background))
+        counts = Refreshed(_state_counts, COUNTS_TTL, background=background)
+        object.__setattr__(self, "counts", counts)
 
 
 def kept_of(request: Request) -> Kept:
@@ -144,11 +211,21 @@ def read_overview(console: Console, kept: Kept, *, stale_limit: int = STALE_EVAL
             for b in registry.beats(conn, models)
         ]
         beat_down = beat_is_down(found)
-        counts, estimated = _counts(conn, console, now, beat_down, stale_limit)
+    stored, counted_at = kept.counts.get(console, now)
+    with console.database.read() as conn:
+        counts, estimated = _counts(conn, console, stored, counted_at, beat_down, stale_limit)
     hour, day = charts(kept.minutes, console, now)
-    in_use = kept.zones.get(console, now)
+    in_use, _ = kept.zones.get(console, now)
     return Overview(
-        counts, estimated, found, beat_down, hour, day, next_clock_change(in_use, now), in_use
+        counts,
+        estimated,
+        counted_at,
+        found,
+        beat_down,
+        hour,
+        day,
+        next_clock_change(in_use, now),
+        in_use,
     )
 
 
@@ -162,12 +239,21 @@ def _behind(now: datetime, beat: registry.BeatInfo) -> float:
 
 
 def _counts(
-    conn: Connection, console: Console, now: datetime, beat_down: bool, stale_limit: int
+    conn: Connection,
+    console: Console,
+    stored: dict[tuple[str, bool], int],
+    counted_at: datetime,
+    beat_down: bool,
+    stale_limit: int,
 ) -> tuple[dict[str, int], int]:
+    """The counts by state word: ``stored`` (:func:`.queries.state_counts` at
+    ``counted_at``) with its stale rows evaluated live, the first ``stale_limit`` of
+    those that were stale then (a row stale since is counted at the next count)."""
     models = console.database.models
+    now = console.clock()
     counts = dict.fromkeys(STATES, 0)
     stale_by_word: dict[str, int] = {}
-    for (word, stale), number in queries.state_counts(conn, models, now).items():
+    for (word, stale), number in stored.items():
         word = word if word in counts else str(Health.OK)
         if stale:
             stale_by_word[word] = stale_by_word.get(word, 0) + number
@@ -175,11 +261,11 @@ def _counts(
             counts[word] += number
     if not stale_by_word:
         return counts, 0
-    for row in queries.stale_rows(conn, models, now, stale_limit):
+    for row in queries.stale_rows(conn, models, counted_at, stale_limit):
         health, _ = evaluate_safely(conn, models, row, now, console.database.settings)
         counts[health.state] = counts.get(health.state, 0) + 1
-        stored = row["health"] if row["health"] in counts else str(Health.OK)
-        stale_by_word[stored] = stale_by_word.get(stored, 0) - 1
+        was = row["health"] if row["health"] in counts else str(Health.OK)
+        stale_by_word[was] = stale_by_word.get(was, 0) - 1
     estimated = 0
     for word, number in stale_by_word.items():
         if number <= 0:

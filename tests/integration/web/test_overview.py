@@ -126,11 +126,11 @@ def test_stale_rows_past_the_evaluated_ones_count_as_late_only_when_no_beat_runs
         conn.execute(update(table).values(check_at=clock() + timedelta(seconds=30)))
     clock.advance(600)
     console = create_app(celery_app, token=TOKEN, clock=clock).state.console
-    down = read_overview(console, Kept(), stale_limit=1)
+    down = read_overview(console, Kept(background=False), stale_limit=1)
     assert down.beat_down is True
     assert (down.counts["late"], down.counts["ok"], down.estimated) == (4, 0, 3)
     beat_ticked(celery_app, "alpha:11", clock())
-    up = read_overview(console, Kept(), stale_limit=1)
+    up = read_overview(console, Kept(background=False), stale_limit=1)
     # One evaluated (late); the three others under the word Beat stored until it re-checks.
     assert (up.counts["late"], up.counts["ok"], up.estimated) == (1, 3, 3)
 
@@ -193,26 +193,46 @@ def test_a_later_overview_reads_only_the_minutes_since_the_last_one(
 
 
 def test_the_next_clock_change_among_the_zones_in_use_is_shown_with_what_it_does(
-    client: Client, store: ScheduleStore, clock: FrozenClock
+    celery_app: Celery, store: ScheduleStore, clock: FrozenClock
 ) -> None:
     store.add("berlin", "t.noop", cron("30 2 * * *", "Europe/Berlin"))
     store.add("utc", "t.noop", cron("0 3 * * *", "UTC"))
+    app = create_app(celery_app, token=TOKEN, clock=clock)
+    client = Client(app)
     change = client.get("/api/overview").json()["next_clock_change"]
     assert change["at"] == "2026-10-25T01:00:00Z"
     assert change["zones"] == ["Europe/Berlin"]
     assert change["kind"] == "fold"
     assert (change["before_abbreviation"], change["after_abbreviation"]) == ("CEST", "CET")
     assert change["effect"].startswith("Clocks go back 1 hour at 03:00 (CEST → CET)")
-    # The zones are read again only after five minutes: a new zone shows then.
+    # The zones are read again only after five minutes, on a thread of their own: the
+    # overview that finds them older still answers the kept ones.
     store.add("sydney", "t.noop", cron("0 1 * * *", "Australia/Sydney"))
     assert client.get("/api/overview").json()["next_clock_change"]["zones"] == ["Europe/Berlin"]
     clock.advance(301)
+    assert client.get("/api/overview").json()["next_clock_change"]["zones"] == ["Europe/Berlin"]
+    app.state.overview_kept.zones.wait()
     change = client.get("/api/overview").json()["next_clock_change"]
     assert change["at"] == "2026-10-03T16:00:00Z"
     assert change["zones"] == ["Australia/Sydney"]
     assert change["kind"] == "gap"
-    page = client.get("/").text
-    assert "Clocks go forward 1 hour at 02:00 (AEST → AEDT)" in page
+    assert "Clocks go forward 1 hour at 02:00 (AEST → AEDT)" in client.get("/").text
+    client.close()
+
+
+def test_the_counts_are_kept_ten_seconds_then_counted_again(
+    celery_app: Celery, store: ScheduleStore, clock: FrozenClock
+) -> None:
+    store.add("one", "t.noop", every(3600))
+    console = create_app(celery_app, token=TOKEN, clock=clock).state.console
+    kept = Kept(background=False)
+    assert read_overview(console, kept).counts["ok"] == 1
+    store.add("two", "t.noop", every(3600))
+    assert read_overview(console, kept).counts["ok"] == 1
+    clock.advance(10)
+    found = read_overview(console, kept)
+    assert found.counts["ok"] == 2
+    assert found.counted_at == clock()
 
 
 def test_the_live_areas_are_marked_for_the_polling_script(client: Client) -> None:
