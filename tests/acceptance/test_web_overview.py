@@ -12,6 +12,7 @@ import pytest
 
 from celery_gaffer import ScheduleStore, cron, every
 from celery_gaffer.store import database_for
+from celery_gaffer.store.audit import Actor, record
 from celery_gaffer.store.beats import heartbeat
 from celery_gaffer.web.overview import BEAT_QUIET
 
@@ -110,3 +111,37 @@ def test_in_a_browser_a_bulk_pause_is_previewed_then_applied(
     assert not project.get("billing-us").enabled
     assert project.get("reports").enabled
     context.close()
+
+
+def test_in_a_browser_the_overview_audit_and_bulk_pages_fit_a_laptop_and_a_phone(
+    project: ScheduleStore,  # noqa: F811
+    consoles: Any,  # noqa: F811
+    browser: Any,  # noqa: F811
+) -> None:
+    project.add("nightly-report-for-the-accounting-team", "wproj.report", every(3600))
+    tick(project, datetime.now(UTC))
+    database = database_for(project.app)
+    with database.begin() as conn:
+        record(
+            conn,
+            database.models,
+            Actor("deploy-bot", "api"),
+            "pause",
+            "nightly-report-for-the-accounting-team",
+            datetime.now(UTC),
+            note="a long note about why this schedule was paused during the quarter's close",
+            changes={"enabled": [True, False], "paused_note": [None, "quarter close"]},
+        )
+    console = consoles("--port", "0")
+    paths = ["", "audit", "bulk?action=pause&name=nightly-report-for-the-accounting-team"]
+    widths = {}
+    for width, height in ((1280, 800), (390, 844)):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        page = context.new_page()
+        for path in paths:
+            page.goto(console.url + path)
+            widths[(width, path)] = page.evaluate(
+                "document.documentElement.scrollWidth - innerWidth"
+            )
+        context.close()
+    assert widths == dict.fromkeys(widths, 0)
