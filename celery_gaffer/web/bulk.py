@@ -2,9 +2,10 @@
 ``/bulk`` page (a preview of what each schedule will do, then "Apply").
 
 A bulk action names its schedules (1 to :data:`MAX_NAMES`) or a filter of the list
-(``state``, ``task``, ``zone``, ``source``, ``q``): everything it matches, at most
-:data:`FILTER_CAP` (a dry run past that previews the first ones and says more match;
-applying it is refused until the filter is narrowed). Each schedule is previewed by the
+(``state``, ``task``, ``zone``, ``source``, ``q``): everything it matches, by name, at
+most :data:`FILTER_CAP` (past that, a dry run says more match and applying is refused
+until the filter is narrowed); a filter's dry run previews the first :data:`MAX_NAMES`
+and counts the rest. Each schedule is previewed by the
 rules of the operation itself: a resume by ``ScheduleStore.preview_resume``, a trigger
 is one fire now, a pause no more fires until it is resumed. Each schedule is then
 changed through the ``ScheduleStore`` in its own transaction, with its audit entry; an
@@ -17,9 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -150,7 +153,7 @@ def choose(console: Console, bulk: Bulk) -> Chosen:
 
 
 def _state_matches(
-    conn: Any, console: Console, row: Mapping[Any, Any], state: str | None, now: Any
+    conn: Connection, console: Console, row: Mapping[Any, Any], state: str | None, now: datetime
 ) -> bool:
     if state is None or state in (Health.ERROR, Health.PAUSED):
         return True  # the statement decided it
@@ -170,10 +173,10 @@ def preview(console: Console, action: str, names: Sequence[str]) -> list[dict[st
 def _preview_one(console: Console, action: str, name: str) -> dict[str, Any]:
     store = console.store
     try:
-        current = store.get(name)
         if action == "resume":
             found = store.preview_resume(name)
             return _line(name, "would", action, found.summary, found.fires, skipped=found.skipped)
+        current = store.get(name)
         if action == "trigger":
             return _line(name, "would", action, "one fire now, with its own key", [console.clock()])
         if current.error is not None:
@@ -267,7 +270,8 @@ def _api(console: Console, bulk: Bulk, dry_run: bool) -> Response:
             f"filter: matches more than {FILTER_CAP:,} schedules: narrow it", field="filter"
         )
     if dry_run:
-        results = preview(console, bulk.action, chosen.names)
+        # A filter's preview lists its first MAX_NAMES schedules; ``matched`` counts all.
+        results = preview(console, bulk.action, chosen.names[:MAX_NAMES])
     else:
         store = console.store  # merged: acting_as(actor, "api")
         results = apply(store, bulk.action, chosen.names, bulk.note)

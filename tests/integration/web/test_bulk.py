@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from celery_gaffer import ScheduleStore, cron, every
 from celery_gaffer.store import database_for
 from celery_gaffer.store.models import table_of
-from celery_gaffer.web.bulk import MAX_NAMES
+from celery_gaffer.web.bulk import FILTER_CAP, MAX_NAMES
 
 from ...support import FrozenClock
 from .conftest import Client, bearer, log_in
@@ -133,6 +133,7 @@ def test_a_filter_selects_everything_it_matches(client: Client, store: ScheduleS
     preview = bulk(client, action="pause", filter={"task": "t.bill"}, dry_run=True)
     assert [line["name"] for line in preview["results"]] == ["a-billing", "b-billing"]
     assert (preview["matched"], preview["more"], preview["limit"]) == (2, False, 10_000)
+    assert store.get("a-billing").enabled is True
     by_zone = bulk(client, action="pause", filter={"zone": "Europe/Berlin"}, dry_run=True)
     assert [line["name"] for line in by_zone["results"]] == ["b-billing"]
     by_name = bulk(client, action="pause", filter={"q": "report", "source": "db"}, dry_run=True)
@@ -228,3 +229,22 @@ def test_the_bulk_page_asks_to_log_in_before_it_offers_apply(
     page = client.get("/bulk?action=resume&name=a-billing").text
     assert 'id="bulk-apply"' not in page
     assert '<a href="/login">Log in</a> to apply this.' in page
+
+
+def test_a_filter_past_the_cap_is_previewed_in_part_and_refused_when_applied(
+    client: Client, store: ScheduleStore
+) -> None:
+    store.add_many(
+        {"name": f"t{i:05d}", "task": "t.noop", "schedule": every(3600)}
+        for i in range(FILTER_CAP + 1)
+    )
+    preview = bulk(client, action="pause", filter={"q": "t"}, dry_run=True)
+    assert (preview["matched"], preview["more"]) == (FILTER_CAP, True)
+    assert len(preview["results"]) == MAX_NAMES
+    assert preview["results"][0]["name"] == "t00000"
+    refused = client.post(
+        "/api/schedules/bulk", headers=bearer(), json={"action": "pause", "filter": {"q": "t"}}
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "filter: matches more than 10,000 schedules: narrow it"
+    assert store.get("t00000").enabled is True
