@@ -13,7 +13,7 @@ from celery_gaffer.store import database_for
 from celery_gaffer.store.beats import heartbeat
 from celery_gaffer.store.models import table_of
 from celery_gaffer.web import create_app
-from celery_gaffer.web.overview import BEAT_QUIET, Kept, read_overview
+from celery_gaffer.web.overview import BEAT_QUIET, Kept, next_clock_change, read_overview
 
 from ...support import FrozenClock
 from .conftest import TOKEN, Client, insert_fire, insert_run
@@ -239,3 +239,17 @@ def test_the_live_areas_are_marked_for_the_polling_script(client: Client) -> Non
     page = client.get("/").text
     for area in ("beat-banner", "counts", "beats", "clock-change", "activity"):
         assert f'id="{area}" data-live' in page
+
+
+def test_a_clock_change_of_half_an_hour_is_said_in_minutes_and_a_zone_without_one_is_none(
+    clock: FrozenClock,
+) -> None:
+    change = next_clock_change(["Asia/Tokyo", "Australia/Lord_Howe"], clock())
+    assert change is not None
+    assert change["zones"] == ["Australia/Lord_Howe"]
+    assert change["at"] == "2026-10-03T15:30:00Z"
+    assert change["effect"].startswith(
+        "Clocks go forward 30 minutes at 02:00 (+1030 → +11): wall times 02:00 to 02:29"
+    )
+    assert next_clock_change(["Asia/Tokyo", "UTC"], clock()) is None
+    assert next_clock_change(["Not/AZone"], clock()) is None
