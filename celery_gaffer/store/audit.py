@@ -121,13 +121,20 @@ def entries(
     since: datetime | None = None,
     before_id: int | None = None,
     limit: int = 100,
+    actor: str | None = None,
+    source: str | None = None,
 ) -> list[AuditEntry]:
     """Entries newest first: of ``schedule`` (all when None), at or after ``since``,
-    with an id below ``before_id`` (the next page), at most ``limit``."""
+    with an id below ``before_id`` (the next page), made by ``actor`` through
+    ``source`` (any when None), at most ``limit``."""
     table = table_of(models.Audit)
     stmt = select(table).order_by(table.c.id.desc()).limit(limit)
     if schedule is not None:
         stmt = stmt.where(table.c.schedule == schedule)
+    if actor is not None:
+        stmt = stmt.where(table.c.actor == actor)
+    if source is not None:
+        stmt = stmt.where(table.c.source == source)
     if since is not None:
         stmt = stmt.where(table.c.at >= since)
     if before_id is not None:

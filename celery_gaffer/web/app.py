@@ -20,7 +20,7 @@ from ..exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError, Sch
 from ..schedule_store import ScheduleStore
 from ..store import database_for
 from ..store.database import driver_reason
-from . import api, pages, run_page
+from . import api, audit_views, bulk, overview, pages, run_page
 from .console import Console
 from .edge import RequestEdge
 from .security import Guard, ReadGate, SecurityHeaders
@@ -61,7 +61,10 @@ def create_app(
         clock=now,
     )
     routes = [
-        Route("/", pages.index),
+        Route("/", overview.page),
+        Route("/audit", audit_views.page),
+        Route("/bulk", bulk.page, methods=["GET"]),
+        Route("/bulk", bulk.apply_form, methods=["POST"]),
         Route("/console.css", stylesheet),
         Route("/schedules", pages.schedules),
         Route("/schedules/{name:path}/{action}", pages.act, methods=["POST"]),
@@ -72,7 +75,10 @@ def create_app(
         Route("/login", pages.login_form, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),
         Route("/logout", pages.logout, methods=["POST"]),
+        Route("/api/overview", overview.api),
+        Route("/api/audit", audit_views.api),
         Route("/api/schedules", api.schedules),
+        Route("/api/schedules/bulk", bulk.api, methods=["POST"]),
         Route("/api/schedules/{name:path}/{action}", api.act, methods=["POST"]),
         Route("/api/schedules/{name:path}", api.schedule, methods=["GET"]),
         Route("/api/schedules/{name:path}", api.edit, methods=["PATCH"]),

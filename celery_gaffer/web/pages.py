@@ -95,10 +95,6 @@ def message(request: Request, status: int, title: str, text: str, back: str = ""
     return render(request, "message.html", status, title=title, message=text, kind=kind, back=back)
 
 
-def index(request: Request) -> Response:
-    return RedirectResponse("/schedules", status_code=302)
-
-
 def schedules(request: Request) -> Response:
     state, search, after = filters(request)
     page = console_of(request).page(state=state, search=search, after=after)

@@ -29,10 +29,10 @@ def cell(page: str, name: str, column: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(1))).split())
 
 
-def test_the_root_redirects_to_the_schedules(client: Client) -> None:
+def test_the_root_is_the_overview(client: Client) -> None:
     response = client.get("/")
-    assert response.status_code == 302
-    assert response.headers["location"] == "/schedules"
+    assert response.status_code == 200
+    assert "<h1>Overview</h1>" in response.text
 
 
 def test_the_schedules_page_shows_each_schedule_in_its_zone(
