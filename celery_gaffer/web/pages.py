@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..exceptions import InvalidInput
+from ..exceptions import GafferError, InvalidInput
 from ..protocol import RunState
 from ..schedules.changes import ScheduleChanges, new_timing
 from ..schedules.display import describe, when, zone_of
@@ -29,6 +29,7 @@ from ..store.console import STATES
 from ..store.schedule_rows import decode_json
 from . import actions
 from .console import Console
+from .markup import ISO_INSTANT, breakable, exact_time, readable_instants, utc_iso
 from .present import duration, in_words, run_reason, zone_name
 from .security import READ_ONLY, SESSION_COOKIE
 
@@ -46,8 +47,11 @@ def environment() -> Environment:
     env.filters["path"] = lambda name: quote(str(name), safe="")
     # Not Jinja's tojson: its Markup leaves '"' as is, which ends an attribute.
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
+    env.filters["breakable"] = breakable
     env.globals.update(
         when=when,
+        utc_iso=utc_iso,
+        exact_time=exact_time,
         describe=describe,
         in_words=in_words,
         zone_name=zone_name,
@@ -69,7 +73,8 @@ def console_of(request: Request) -> Console:
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     """``template`` rendered with what every page shows (login state, CSRF, flash)."""
-    guard = console_of(request).guard
+    console = console_of(request)
+    guard = console.guard
     flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
     page = (
         environment()
@@ -80,6 +85,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
             can_act=guard.may_act(request),
             csrf=guard.csrf_token(request),
             flash=flash,
+            rendered_at=console.clock(),
             **context,
         )
     )
@@ -247,9 +253,25 @@ def _act(
     outcome = actions.apply(store, name, action, given, from_form=True, now=console.clock())
     response = RedirectResponse(f"/schedules/{quote(name, safe='')}", status_code=303)
     response.set_cookie(
-        FLASH_COOKIE, quote(outcome.message), httponly=True, samesite="strict", path="/"
+        FLASH_COOKIE,
+        quote(flash_line(console, name, outcome.message)),
+        httponly=True,
+        samesite="strict",
+        path="/",
     )
     return response
+
+
+def flash_line(console: Console, name: str, text: str) -> str:
+    """An action's message as its flash shows it: each ISO instant in it on the schedule's
+    clock with UTC in brackets, as the pages write times."""
+    if not ISO_INSTANT.search(text):
+        return text
+    try:
+        zone = zone_of(console.store.get(name).schedule)
+    except GafferError:  # gone (removed) or unreadable: UTC
+        zone = None
+    return readable_instants(text, zone)
 
 
 def _zone_after(console: Console, name: str, action: str, given: dict[str, str]) -> tzinfo | None:
