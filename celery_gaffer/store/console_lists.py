@@ -85,7 +85,7 @@ class Cursor:
     name: str
     next_fire_at: datetime | None = None
 
-    def text(self, sort: str) -> str:
+    def encode(self, sort: str) -> str:
         if sort.lstrip("-") == "name":
             return self.name
         stamp = "" if self.next_fire_at is None else self.next_fire_at.isoformat()
@@ -132,12 +132,14 @@ def schedule_rows(
     where: ScheduleFilter = ScheduleFilter(),
     after: Cursor | None = None,
     backwards: bool = False,
+    scan: int = ZONE_SCAN,
 ) -> Rows:
     """Up to ``limit`` schedule rows in ``sort`` order after ``after`` (or, ``backwards``,
     the ``limit`` rows before it, still returned in ``sort`` order).
 
     Rows carry every column, JSON as text. ``state`` keeps rows whose stored word is that
-    one and the rows whose word is stale (the caller evaluates those live)."""
+    one and the rows whose word is stale (the caller evaluates those live). A ``zone``
+    filter looks at the next ``scan`` rows only."""
     table = table_of(models.Schedule)
     descending = sort.startswith("-") != backwards
     by_fire = sort.lstrip("-") == "next_fire"
@@ -156,7 +158,7 @@ def schedule_rows(
         window = (
             stmt.add_columns(_zone_expr(table).label(_ZONE))
             .order_by(*_order(table, by_fire, descending))
-            .limit(ZONE_SCAN)
+            .limit(scan)
             .subquery()
         )
         shown = select(*[window.c[column.name] for column in columns])
@@ -169,7 +171,7 @@ def schedule_rows(
         last = None
         if len(rows) <= limit:
             scanned = conn.execute(select(func.count()).select_from(window)).scalar_one()
-            window_full = scanned == ZONE_SCAN
+            window_full = scanned == scan
             if window_full:
                 end = select(window.c.name, window.c.next_fire_at).order_by(
                     *_order(window, by_fire, not descending)

@@ -155,13 +155,13 @@ class Console:
             for view in views
             if where.state is None or view.state == where.state
         ]
-        first = Cursor.of(rows[0]).text(sort) if rows else None
-        last = Cursor.of(rows[-1]).text(sort) if rows else None
+        first = Cursor.of(rows[0]).encode(sort) if rows else None
+        last = Cursor.of(rows[-1]).encode(sort) if rows else None
         if backwards:
             next_after = last or cursor
-            previous = found.edge.text(sort) if found.more and found.edge else None
+            previous = found.edge.encode(sort) if found.more and found.edge else None
         else:
-            next_after = found.edge.text(sort) if found.more and found.edge else None
+            next_after = found.edge.encode(sort) if found.more and found.edge else None
             previous = (first or cursor) if cursor is not None else None
         return Page(shown, next_after, previous, span, found.window_full)
 

@@ -33,7 +33,7 @@ class Span:
     total: int | None
     counted: bool = True
 
-    def text(self) -> str:
+    def summary(self) -> str:
         """``1-50 of 12,345`` (with an en dash), ``51-100 of more than 10,000``."""
         if self.shown == 0 and self.before in (0, None):
             return "Nothing matches" if self.total in (0, None) else "None on this page"
