@@ -9,8 +9,10 @@ on ``started_at`` or ``duration``).
 
 Totals are capped counts: ``SELECT count(*) FROM (SELECT 1 ... LIMIT cap + 1)`` reads at
 most ``cap + 1`` rows, so a total is exact up to :data:`COUNT_CAP` and "more than" beyond.
-Filters on columns without an index (task, state, name search) read rows in the sort
-order until a page (or the cap) is filled. The zone lives inside the schedule's JSON
+A filter on a column without an index (task, state, name search) could make even that
+read every row when it matches few, so such a count looks at no more than
+:data:`COUNT_SCAN` rows and says "at least" when there were more. Their pages read rows
+in the sort order until a page is filled. The zone lives inside the schedule's JSON
 (no index), so a zone filter looks at no more than :data:`ZONE_SCAN` rows past the cursor
 per page; when that window holds fewer matches than a page, the page says so and its
 "next" cursor continues the scan after the window. A zone-filtered list is not counted.
@@ -50,6 +52,8 @@ STATES = tuple(str(state) for state in Health)
 SORTS = ("name", "-name", "next_fire", "-next_fire")
 #: Totals above this are shown as "more than COUNT_CAP".
 COUNT_CAP = 10_000
+#: Rows a count with a filter on a column without an index examines at most.
+COUNT_SCAN = 50_000
 #: Rows a zone filter examines per page at most.
 ZONE_SCAN = 10_000
 _ZONE = "zone_of_row"
@@ -186,6 +190,15 @@ def schedule_rows(
     return Rows(rows[::-1] if backwards else rows, more, edge)
 
 
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A bounded count: ``value`` is exact when ``exact``, else a floor (only some rows
+    were looked at); a value above the cap means "more than the cap" either way."""
+
+    value: int
+    exact: bool = True
+
+
 def count_schedules(
     conn: Connection,
     models: Models,
@@ -195,18 +208,31 @@ def count_schedules(
     sort: str = "name",
     before: Cursor | None = None,
     cap: int = COUNT_CAP,
-) -> int:
-    """How many rows the filter keeps (those before ``before`` in ``sort`` order only),
-    counting no further than ``cap + 1``. A zone filter is not counted: use
-    :func:`schedule_rows`."""
+    scan: int = COUNT_SCAN,
+) -> Count:
+    """How many rows the filter keeps (those before ``before`` in ``sort`` order only).
+
+    Without a filter on a column that has no index (state, search, task), the count
+    reads at most ``cap + 1`` index entries. With one, it looks at no more than ``scan``
+    rows and counts the matches among them: exact when there were no more rows, else a
+    floor. A zone filter is not counted."""
     table = table_of(models.Schedule)
-    stmt = _filtered(select(literal(1)), table, where, now)
+    bounds: list[ColumnElement[bool]] = []
+    if where.source:
+        bounds.append(table.c.source == where.source)
     if before is not None:
         by_fire = sort.lstrip("-") == "next_fire"
         descending = not sort.startswith("-")
-        stmt = stmt.where(_past(table, before, by_fire=by_fire, descending=descending))
-    capped = stmt.limit(cap + 1).subquery()
-    return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
+        bounds.append(_past(table, before, by_fire=by_fire, descending=descending))
+    if not (where.state or where.search or where.task):
+        capped = select(literal(1)).select_from(table).where(*bounds).limit(cap + 1).subquery()
+        return Count(int(conn.execute(select(func.count()).select_from(capped)).scalar_one()))
+    window = select(table).where(*bounds).limit(scan).subquery()
+    kept = and_(true(), *_conditions(window, where, now))
+    scanned, matched = conn.execute(
+        select(func.count(), func.count().filter(kept)).select_from(window)
+    ).one()
+    return Count(int(matched), exact=int(scanned) < scan)
 
 
 def run_rows(
@@ -257,11 +283,12 @@ def count_runs(
     """How many runs the filter keeps (those listed before the run ``newer_than_id``
     only), at most ``cap + 1``."""
     runs = table_of(models.JobRun)
+    keys = _run_keys(runs, state, schedule)
     stmt = _run_filter(select(literal(1)).select_from(runs), runs, state, schedule)
     if newer_than_id is not None:
-        keys = _run_keys(runs, state, schedule)
         stmt = stmt.where(_run_past(runs, keys, newer_than_id, newer=True))
-    capped = stmt.limit(cap + 1).subquery()
+    # Ordered along the filter's index, so the planner reads that index, not the table.
+    capped = stmt.order_by(*[key.desc() for key in keys]).limit(cap + 1).subquery()
     return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 
@@ -302,25 +329,34 @@ def _zone_expr(table: FromClause) -> ColumnElement[Any]:
 def _filtered(
     stmt: Select[Any], table: FromClause, where: ScheduleFilter, now: datetime
 ) -> Select[Any]:
-    stmt = stmt.select_from(table)
+    return stmt.select_from(table).where(*_conditions(table, where, now))
+
+
+def _conditions(
+    table: FromClause, where: ScheduleFilter, now: datetime
+) -> list[ColumnElement[bool]]:
+    """What ``where`` keeps (but its zone), as conditions on ``table``'s columns."""
+    kept: list[ColumnElement[bool]] = []
     if where.search:
-        stmt = stmt.where(table.c.name.icontains(where.search, autoescape=True))
+        kept.append(table.c.name.icontains(where.search, autoescape=True))
     if where.task:
-        stmt = stmt.where(table.c.task == where.task)
+        kept.append(table.c.task == where.task)
     if where.source:
-        stmt = stmt.where(table.c.source == where.source)
+        kept.append(table.c.source == where.source)
     state = where.state
     if state == Health.ERROR:
-        stmt = stmt.where(table.c.error.is_not(None))
+        kept.append(table.c.error.is_not(None))
     elif state == Health.PAUSED:
-        stmt = stmt.where(table.c.error.is_(None), table.c.enabled.is_(false()))
+        kept.extend([table.c.error.is_(None), table.c.enabled.is_(false())])
     elif state is not None:
-        stmt = stmt.where(
-            table.c.error.is_(None),
-            table.c.enabled.is_(true()),
-            or_(table.c.health == state, table.c.check_at <= now),
+        kept.extend(
+            [
+                table.c.error.is_(None),
+                table.c.enabled.is_(true()),
+                or_(table.c.health == state, table.c.check_at <= now),
+            ]
         )
-    return stmt
+    return kept
 
 
 def _order(table: FromClause, by_fire: bool, descending: bool) -> Sequence[Any]:

@@ -179,15 +179,17 @@ class Console:
             return Span(shown, None, None, counted=False)
         models = self.database.models
         total = listed.count_schedules(conn, models, now=now, where=where)
-        before = 0
+        before = listed.Count(0)
         if paged and rows:
             before = listed.count_schedules(
                 conn, models, now=now, where=where, sort=sort, before=Cursor.of(rows[0])
             )
+        known = before.exact and before.value <= COUNT_CAP
         return Span(
             shown,
-            None if before > COUNT_CAP else before,
-            None if total > COUNT_CAP else total,
+            before.value if known else None,
+            None if total.value > COUNT_CAP else total.value,
+            at_least=not total.exact,
         )
 
     def detail(self, name: str) -> Detail | None:

@@ -25,13 +25,16 @@ SCHEDULE_SOURCES = ("db", "config")
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """Where a page sits in its list: rows ``first`` to ``last`` (1-based) of ``total``;
-    a count past the cap is None, and the text says "more than" the cap."""
+    """Where a page sits in its list: ``shown`` rows after ``before`` others, of
+    ``total``. A total past the cap is None ("more than" the cap); a position that is
+    not known exactly is None ("50 shown")."""
 
     shown: int
     before: int | None
     total: int | None
     counted: bool = True
+    #: The total is a floor: only some of the rows were counted.
+    at_least: bool = False
 
     def summary(self) -> str:
         """``1-50 of 12,345`` (with an en dash), ``51-100 of more than 10,000``."""
@@ -40,8 +43,10 @@ class Span:
         if not self.counted:
             return f"{self.shown:,} shown (a zone filter is not counted)"
         total = f"{self.total:,}" if self.total is not None else f"more than {COUNT_CAP:,}"
+        if self.at_least and self.total is not None:
+            total = f"at least {self.total:,}"
         if self.before is None:
-            return f"{self.shown:,} shown, past the first {COUNT_CAP:,}, of {total}"
+            return f"{self.shown:,} shown of {total}"
         first = self.before + 1
         return f"{first:,}\N{EN DASH}{self.before + self.shown:,} of {total}"
 

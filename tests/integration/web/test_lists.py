@@ -10,6 +10,7 @@ from celery import Celery
 from celery_gaffer import ScheduleStore, cron, every
 from celery_gaffer.store import database_for
 from celery_gaffer.store.console_lists import (
+    Count,
     Cursor,
     ScheduleFilter,
     count_schedules,
@@ -147,12 +148,19 @@ def test_totals_are_capped_and_say_more_than(
     database = database_for(celery_app)
     with database.read() as conn:
         models = database.models
-        assert count_schedules(conn, models, now=clock.now, cap=5) == 6
-        assert count_schedules(conn, models, now=clock.now, cap=50) == 8
+        assert count_schedules(conn, models, now=clock.now, cap=5) == Count(6)
+        assert count_schedules(conn, models, now=clock.now, cap=50) == Count(8)
         before = Cursor("n5")
-        assert count_schedules(conn, models, now=clock.now, before=before, cap=50) == 5
+        assert count_schedules(conn, models, now=clock.now, before=before, cap=50) == Count(5)
+        # A filter on a column without an index counts among the first `scan` rows only.
+        task = ScheduleFilter(task="t.noop", search="n")
+        assert count_schedules(conn, models, now=clock.now, where=task, scan=3) == Count(
+            3, exact=False
+        )
+        assert count_schedules(conn, models, now=clock.now, where=task, scan=9) == Count(8)
+    assert Span(50, 0, 312, at_least=True).summary() == f"1{EN_DASH}50 of at least 312"
     assert Span(50, 0, None).summary() == f"1{EN_DASH}50 of more than 10,000"
-    assert Span(50, None, None).summary().startswith("50 shown, past the first 10,000")
+    assert Span(50, None, None).summary() == "50 shown of more than 10,000"
     assert Span(3, 0, 3).summary() == f"1{EN_DASH}3 of 3"
 
 
