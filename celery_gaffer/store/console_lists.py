@@ -287,8 +287,9 @@ def count_runs(
     stmt = _run_filter(select(literal(1)).select_from(runs), runs, state, schedule)
     if newer_than_id is not None:
         stmt = stmt.where(_run_past(runs, keys, newer_than_id, newer=True))
-    # Ordered along the filter's index, so the planner reads that index, not the table.
-    capped = stmt.order_by(*[key.desc() for key in keys]).limit(cap + 1).subquery()
+    # Ordered along the filter's index (its leading sort column: no tie-break sort), so
+    # the planner reads that index rather than the table.
+    capped = stmt.order_by(keys[0].desc()).limit(cap + 1).subquery()
     return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 
