@@ -11,14 +11,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..schedules.clock_changes import clock, clock_changes
-from ..schedules.cron_engine import load_zone
-from ..schedules.explain import Explanation, Transition, explain_around
+from ..schedules.display import zone_of
+from ..schedules.explain import Explanation, Rule, Transition, explain_around
 from ..schedules.kinds import Cron, Schedule
 from .present import duration
 
-#: How far ahead the next clock change of a zone is looked for (tzdata's rules repeat
-#: yearly; a zone without changes in this span shows none).
-CHANGE_HORIZON = timedelta(days=800)
+#: How far ahead the next clock change of a zone is looked for (a zone with daylight
+#: saving changes its clocks at least once a year; one without shows none).
+CHANGE_HORIZON = timedelta(days=400)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +53,8 @@ def run_strip(runs: Sequence[Mapping[str, Any]]) -> list[RunBlock]:
 
 def upcoming(explanation: Explanation | None) -> list[UpcomingFire]:
     """The explanation's fires, each marked when one of its clock changes touches it:
-    ``02:30 → 03:30 CEST, clock change`` for a fire a gap moves, ``02:30 CEST, first of
-    two, clock change`` for one in a fold."""
+    ``02:30 → 03:00 CEST, clock change`` for a fire a gap moves, ``02:30 AEDT, repeated
+    time: fires at the first only, clock change`` for one in a fold."""
     if explanation is None:
         return []
     found = []
@@ -81,16 +81,18 @@ def _mark(change: Transition, utc: datetime, local: datetime) -> str:
     wall = local.replace(tzinfo=None)
     if not change.wall_from <= wall < change.wall_to:
         return ""
-    return f"{shown}, repeated hour, clock change"
+    if change.rule is Rule.FIRST_OCCURRENCE:
+        return f"{shown}, repeated time: fires at the first only, clock change"
+    return f"{shown}, repeated time: fires at both, clock change"
 
 
 def next_clock_change(schedule: Schedule | None, now: datetime) -> Transition | None:
     """The first clock change of the schedule's zone after ``now`` (within
     :data:`CHANGE_HORIZON`) with what it does to the schedule; None for a zone without
     one (UTC, ``every`` schedules shown in UTC, unreadable schedules)."""
-    if not isinstance(schedule, Cron):
+    zone = zone_of(schedule)
+    if not isinstance(schedule, Cron) or zone is None:  # UTC has no clock changes
         return None
-    zone = load_zone(schedule.tz)
     change = next(iter(clock_changes(zone, now, now + CHANGE_HORIZON)), None)
     if change is None:
         return None
