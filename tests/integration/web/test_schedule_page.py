@@ -141,6 +141,7 @@ def test_remove_asks_first_then_goes_to_the_list_with_a_flash(
     assert asked.status_code == 200
     assert "Confirm: remove old-job" in asked.text
     assert '<input type="hidden" name="confirm" value="1">' in asked.text
+    assert "Beat adds it again" not in asked.text  # only said of config schedules
     assert store.get("old-job").name == "old-job"  # nothing removed yet
     done = client.post("/schedules/old-job/remove", data={"csrf": csrf, "confirm": "1"})
     assert done.status_code == 303
@@ -175,3 +176,13 @@ def test_a_late_schedule_says_no_beat_is_running_when_none_ticks(
     assert console.beat_down(clock.now + timedelta(seconds=31))
     quoted = cell(client.get("/schedules").text, "late-one", "reason")
     assert quoted == "the fire of 2026-06-01 12:09:00Z has not succeeded"
+
+
+def test_removing_a_config_schedule_warns_that_beat_adds_it_again(
+    celery_app: Celery, clock: FrozenClock, client: Client
+) -> None:
+    config = ScheduleStore(celery_app, clock=clock, source="config")
+    config.add("from-config", "t.noop", every(60))
+    csrf = log_in(client)
+    asked = client.post("/schedules/from-config/remove", data={"csrf": csrf})
+    assert "Beat adds it again at its next start" in text_of(asked.text, "summary")
