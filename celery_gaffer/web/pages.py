@@ -276,7 +276,7 @@ def _act(
 ) -> Response:
     console = console_of(request)
     if action in actions.CONFIRMED and not confirmed:
-        found = console.store.get(name)  # ScheduleNotFound (404) before asking
+        stored = console.store.get(name)  # ScheduleNotFound (404) before asking
         return render(
             request,
             "confirm.html",
@@ -286,7 +286,7 @@ def _act(
             action=action,
             preview=None,
             zone=None,
-            source=found.source,
+            source=stored.source,
             fields=sorted(given.items()),
         )
     if action == "edit":
