@@ -232,3 +232,14 @@ def test_the_api_filters_sorts_and_pages_like_the_page(
     assert "x-total-count" not in zone.headers  # a zone filter is not counted
     assert client.get("/api/schedules?state=nope").status_code == 400
     assert client.get("/api/schedules?after=nonsense&sort=next_fire").status_code == 400
+
+
+def test_the_name_search_is_case_insensitive_and_takes_wildcards_literally(
+    client: Client, store: ScheduleStore
+) -> None:
+    for name in ("Report_A", "reportXa", "100%-done", "a/b", "other"):
+        store.add(name, "t.noop", every(60))
+    assert rows_of(client.get("/schedules?q=REPORT").text) == ["Report_A", "reportXa"]
+    assert rows_of(client.get("/schedules?q=t_a").text) == ["Report_A"]
+    assert rows_of(client.get("/schedules", params={"q": "0%-"}).text) == ["100%-done"]
+    assert rows_of(client.get("/schedules", params={"q": "a/b"}).text) == ["a/b"]
