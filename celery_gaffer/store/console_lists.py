@@ -9,13 +9,12 @@ on ``started_at`` or ``duration``).
 
 Totals are capped counts: ``SELECT count(*) FROM (SELECT 1 ... LIMIT cap + 1)`` reads at
 most ``cap + 1`` rows, so a total is exact up to :data:`COUNT_CAP` and "more than" beyond.
-A filter on a column without an index (task, state, name search) could make even that
-read every row when it matches few, so such a count looks at no more than
-:data:`COUNT_SCAN` rows and says "at least" when there were more. Their pages read rows
-in the sort order until a page is filled. The zone lives inside the schedule's JSON
-(no index), so a zone filter looks at no more than :data:`ZONE_SCAN` rows past the cursor
-per page; when that window holds fewer matches than a page, the page says so and its
-"next" cursor continues the scan after the window. A zone-filtered list is not counted.
+A filter on a column without an index (state, task, the name search, the zone, which
+lives inside the schedule's JSON) could make a page or a count read every row when it
+matches few. So such a page looks at no more than :data:`FILTER_SCAN` rows past its
+cursor (:data:`ZONE_SCAN` with a zone) and, when they hold fewer matches than a page,
+its "next" cursor goes on after them; such a count looks at :data:`COUNT_SCAN` rows and
+is a floor ("at least") when there were more. A zone-filtered list is not counted.
 """
 
 from __future__ import annotations
@@ -54,10 +53,24 @@ SORTS = ("name", "-name", "next_fire", "-next_fire")
 #: Totals above this are shown as "more than COUNT_CAP".
 COUNT_CAP = 10_000
 #: Rows a count with a filter on a column without an index examines at most.
-COUNT_SCAN = 50_000
-#: Rows a zone filter examines per page at most.
+COUNT_SCAN = 20_000
+#: Rows a page with a filter on a column without an index examines at most.
+FILTER_SCAN = 20_000
+#: Rows a page with a zone filter examines at most (each one's JSON is read).
 ZONE_SCAN = 10_000
 _ZONE = "zone_of_row"
+# What the filters without an index read, and the keys of the two sorts.
+_FILTER_COLUMNS = (
+    "id",
+    "name",
+    "next_fire_at",
+    "task",
+    "source",
+    "error",
+    "enabled",
+    "health",
+    "check_at",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,54 +150,58 @@ def schedule_rows(
     where: ScheduleFilter = ScheduleFilter(),
     after: Cursor | None = None,
     backwards: bool = False,
-    scan: int = ZONE_SCAN,
+    scan: int | None = None,
 ) -> Rows:
     """Up to ``limit`` schedule rows in ``sort`` order after ``after`` (or, ``backwards``,
     the ``limit`` rows before it, still returned in ``sort`` order).
 
     Rows carry every column, JSON as text. ``state`` keeps rows whose stored word is that
-    one and the rows whose word is stale (the caller evaluates those live). A ``zone``
-    filter looks at the next ``scan`` rows only."""
+    one and the rows whose word is stale (the caller evaluates those live). A filter on
+    a column without an index looks at the next ``scan`` rows only (default
+    :data:`FILTER_SCAN`, :data:`ZONE_SCAN` with a zone): when they hold fewer matches
+    than a page, ``edge`` is the last row looked at, where the next page goes on."""
     table = table_of(models.Schedule)
     descending = sort.startswith("-") != backwards
     by_fire = sort.lstrip("-") == "next_fire"
-    columns: list[Any] = readable_columns(table)
-    stmt = _filtered(select(*columns), table, where, now)
+    order = _order(table, by_fire, descending)
+    bounds: list[ColumnElement[bool]] = []
+    if where.source:
+        bounds.append(table.c.source == where.source)
     if after is not None:
-        stmt = stmt.where(_past(table, after, by_fire=by_fire, descending=descending))
-    if where.zone is None:
-        rows: list[Mapping[Any, Any]] = list(
-            conn.execute(
-                stmt.order_by(*_order(table, by_fire, descending)).limit(limit + 1)
-            ).mappings()
-        )
-        window_full = False
-    else:
-        window = (
-            stmt.add_columns(_zone_expr(table).label(_ZONE))
-            .order_by(*_order(table, by_fire, descending))
-            .limit(scan)
-            .subquery()
-        )
-        shown = select(*[window.c[column.name] for column in columns])
-        found = (
-            shown.where(window.c[_ZONE] == where.zone)
-            .order_by(*_order(window, by_fire, descending))
-            .limit(limit + 1)
-        )
-        rows = list(conn.execute(found).mappings())
-        last = None
-        if len(rows) <= limit:
-            scanned = conn.execute(select(func.count()).select_from(window)).scalar_one()
-            window_full = scanned == scan
-            if window_full:
-                end = select(window.c.name, window.c.next_fire_at).order_by(
-                    *_order(window, by_fire, not descending)
-                )
-                last = Cursor.of(conn.execute(end.limit(1)).mappings().one())
-        if last is not None:
-            page = rows[::-1] if backwards else rows
-            return Rows(page, True, last, window_full=True)
+        bounds.append(_past(table, after, by_fire=by_fire, descending=descending))
+    shown = select(*readable_columns(table))
+    if not (where.zone or where.state or where.search or where.task):
+        stmt = shown.where(*bounds).order_by(*order).limit(limit + 1)
+        return _rows(list(conn.execute(stmt).mappings()), limit, backwards)
+    size = scan or (ZONE_SCAN if where.zone else FILTER_SCAN)
+    looked_at: list[Any] = [table.c[name] for name in _FILTER_COLUMNS]
+    if where.zone:
+        looked_at.append(_zone_expr(table).label(_ZONE))
+    window = select(*looked_at).where(*bounds).order_by(*order).limit(size).subquery()
+    unindexed = ScheduleFilter(state=where.state, search=where.search, task=where.task)
+    kept = _conditions(window, unindexed, now)
+    if where.zone:
+        kept.append(window.c[_ZONE] == where.zone)
+    matched = select(window.c.id).where(*kept).order_by(*_order(window, by_fire, descending))
+    stmt = shown.where(table.c.id.in_(matched.limit(limit + 1))).order_by(*order)
+    rows: list[Mapping[Any, Any]] = list(conn.execute(stmt).mappings())
+    if len(rows) > limit:
+        return _rows(rows, limit, backwards)
+    # The window's last row, if it was full: the next page goes on after it.
+    last_looked_at = (
+        select(table.c.name, table.c.next_fire_at)
+        .where(*bounds)
+        .order_by(*order)
+        .offset(size - 1)
+        .limit(1)
+    )
+    end = conn.execute(last_looked_at).mappings().one_or_none()
+    if end is None:
+        return _rows(rows, limit, backwards)
+    return Rows(rows[::-1] if backwards else rows, True, Cursor.of(end), window_full=True)
+
+
+def _rows(rows: list[Mapping[Any, Any]], limit: int, backwards: bool) -> Rows:
     more = len(rows) > limit
     rows = rows[:limit]
     edge = Cursor.of(rows[-1]) if rows else None

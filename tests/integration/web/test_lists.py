@@ -243,3 +243,39 @@ def test_the_name_search_is_case_insensitive_and_takes_wildcards_literally(
     assert rows_of(client.get("/schedules?q=t_a").text) == ["Report_A"]
     assert rows_of(client.get("/schedules", params={"q": "0%-"}).text) == ["100%-done"]
     assert rows_of(client.get("/schedules", params={"q": "a/b"}).text) == ["a/b"]
+
+
+def test_a_search_that_matches_few_looks_at_a_window_and_goes_on_after_it(
+    celery_app: Celery, clock: FrozenClock, store: ScheduleStore
+) -> None:
+    store.add_many(
+        {"name": f"n{index}", "task": "t.noop", "schedule": every(60)} for index in range(6)
+    )
+    store.add("zz-wanted", "t.noop", every(60))
+    database = database_for(celery_app)
+    wanted = ScheduleFilter(search="WANTED", task="t.noop")
+    with database.read() as conn:
+        models = database.models
+        first = schedule_rows(conn, models, now=clock.now, limit=2, where=wanted, scan=4)
+        assert first.rows == []
+        assert first.window_full
+        assert first.edge is not None
+        assert first.edge.name == "n3"
+        rest = schedule_rows(
+            conn, models, now=clock.now, limit=2, where=wanted, scan=4, after=first.edge
+        )
+        assert [row["name"] for row in rest.rows] == ["zz-wanted"]
+        assert not rest.more
+        # Backwards from the end, the same window rule.
+        back = schedule_rows(
+            conn,
+            models,
+            now=clock.now,
+            limit=2,
+            where=ScheduleFilter(task="t.noop"),
+            scan=4,
+            after=Cursor("zz-wanted"),
+            backwards=True,
+        )
+        assert [row["name"] for row in back.rows] == ["n4", "n5"]
+        assert back.more
