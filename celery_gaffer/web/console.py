@@ -163,7 +163,8 @@ class Console:
         else:
             next_after = found.edge.encode(sort) if found.more and found.edge else None
             previous = (first or cursor) if cursor is not None else None
-        return Page(shown, next_after, previous, span, found.window_full)
+        # Read backwards, a full window is the previous link's business, not a note.
+        return Page(shown, next_after, previous, span, found.window_full and not backwards)
 
     def _span(
         self,
