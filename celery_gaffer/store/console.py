@@ -12,10 +12,9 @@ as at ten: schedules are paged by name (keyset on the unique name index, never a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, cast, false, or_, select, true
+from sqlalchemy import Connection, Text, cast, select
 
 from ..protocol import Health
 from .models import Models, table_of
@@ -26,47 +25,8 @@ from .schedule_rows import readable_columns
 STATES = tuple(str(state) for state in Health)
 
 
-def schedule_page(
-    conn: Connection,
-    models: Models,
-    *,
-    limit: int,
-    after: str | None = None,
-    state: str | None = None,
-    search: str | None = None,
-    now: datetime,
-) -> list[Mapping[Any, Any]]:
-    """Up to ``limit`` schedule rows ordered by name, the first named after ``after``.
-
-    Rows carry every column, JSON as text (:func:`~.schedule_rows.stored` reads them, and
-    :func:`celery_gaffer.beat.health.evaluate` too). ``search`` keeps names containing
-    it (case-insensitive). ``state`` keeps ``error`` rows, ``paused`` ones, or, for
-    ``ok``/``late``/``failing``, the rows whose stored health word is that one *and* the
-    rows whose word is stale (``check_at`` has passed, Beat has not re-checked them): the
-    caller evaluates those live and drops the ones in another state, so a page may hold
-    fewer rows than ``limit`` while more follow.
-    """
-    table = table_of(models.Schedule)
-    stmt = select(*readable_columns(table)).order_by(table.c.name).limit(limit)
-    if after is not None:
-        stmt = stmt.where(table.c.name > after)
-    if search:
-        stmt = stmt.where(table.c.name.icontains(search, autoescape=True))
-    if state == Health.ERROR:
-        stmt = stmt.where(table.c.error.is_not(None))
-    elif state == Health.PAUSED:
-        stmt = stmt.where(table.c.error.is_(None), table.c.enabled.is_(false()))
-    elif state is not None:
-        stmt = stmt.where(
-            table.c.error.is_(None),
-            table.c.enabled.is_(true()),
-            or_(table.c.health == state, table.c.check_at <= now),
-        )
-    return list(conn.execute(stmt).mappings())
-
-
 def schedule_row(conn: Connection, models: Models, name: str) -> Mapping[Any, Any] | None:
-    """The row of ``name`` as :func:`schedule_page` reads it, or None."""
+    """The row of ``name`` with every column, JSON as text, or None."""
     table = table_of(models.Schedule)
     stmt = select(*readable_columns(table)).where(table.c.name == name)
     return conn.execute(stmt).mappings().one_or_none()

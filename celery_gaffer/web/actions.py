@@ -45,9 +45,11 @@ EDIT_FIELDS = (
 _POLICY_FIELDS = ("catchup", "overlap", "grace", "starting_deadline")
 _NUMBER_FIELDS = ("every", "jitter", "grace", "starting_deadline")
 _JSON_FIELDS = ("args", "kwargs", "options")
-ACTIONS = ("pause", "resume", "trigger", "backfill", "edit")
+ACTIONS = ("pause", "resume", "trigger", "backfill", "edit", "remove")
 #: Actions applied only once confirmed, after their preview was shown.
 PREVIEWED = ("resume", "backfill", "edit")
+#: Actions applied only once confirmed, after a page saying what they do (no preview).
+CONFIRMED = ("remove",)
 #: Longest note a pause takes.
 NOTE_LENGTH = 1000
 # An ISO 8601 time's offset: "Z" or "+01:00".
@@ -212,6 +214,9 @@ def _apply(
     if action == "edit":
         store.update(name, **edit_changes(given, from_form=from_form))
         return Outcome(f"updated {name}", {})
+    if action == "remove":
+        store.remove(name)
+        return Outcome(f"removed {name}: its ledger and runs stay until cleanup", {"removed": True})
     raise InvalidInput(f"action: expected one of {', '.join(ACTIONS)}", field="action")
 
 

@@ -11,7 +11,6 @@ or on a read-only console), and are recorded under that token's name. Errors are
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -22,7 +21,8 @@ from ..protocol import RunState, loads_json
 from ..schedules.explain import Explanation
 from . import actions
 from .console import PAGE_SIZE
-from .pages import console_of, filters, shown_runs
+from .lists import COUNT_CAP, Listing, read_filter, read_sort
+from .pages import console_of, shown_runs
 from .present import fire_json, iso, run_json, schedule_json
 from .security import READ_ONLY
 
@@ -35,15 +35,28 @@ def error(status: int, text: str) -> JSONResponse:
 
 
 def schedules(request: Request) -> Response:
-    state, search, after = filters(request)
-    limit = _limit(request.query_params.get("limit"))
-    page = console_of(request).page(state=state, search=search, after=after, limit=limit)
+    """GET ``/api/schedules``: the filters of the schedules page (``state``, ``task``,
+    ``zone``, ``source``, ``q``), ``sort``, ``after``/``before`` cursors and ``limit``;
+    ``Link`` headers name the next and previous pages, ``X-Total-Count`` the total (or
+    ``more than N``; absent for a zone filter)."""
+    params = request.query_params
+    where, sort = read_filter(params), read_sort(params)
+    limit = _limit(params.get("limit"))
+    after, before = params.get("after") or None, params.get("before") or None
+    page = console_of(request).page(where=where, sort=sort, after=after, before=before, limit=limit)
     body = [schedule_json(v.stored, v.state, v.reason, v.last_run) for v in page.schedules]
-    headers = {}
+    listing = Listing("/api/schedules", {**where.as_query(), "limit": str(limit)}, sort, "name")
+    links = []
     if page.next_after is not None:
-        query = {"state": state, "q": search, "limit": str(limit), "after": page.next_after}
-        kept = {key: value for key, value in query.items() if value}
-        headers["link"] = f'</api/schedules?{urlencode(kept)}>; rel="next"'
+        links.append(f'<{listing.url(after=page.next_after)}>; rel="next"')
+    if page.previous_before is not None:
+        links.append(f'<{listing.url(before=page.previous_before)}>; rel="prev"')
+    headers = {"link": ", ".join(links)} if links else {}
+    span = page.span
+    if span.counted:
+        headers["x-total-count"] = (
+            str(span.total) if span.total is not None else f"more than {COUNT_CAP}"
+        )
     return JSONResponse(body, headers=headers)
 
 

@@ -37,15 +37,15 @@ from ..store import beats as registry
 from ..store import overview as queries
 from ..store.console import STATES
 from .activity import CHART_COLOURS, CHART_HEIGHT, CHART_WIDTH, MinuteCounts, Series, charts
-from .console import Console
+from .console import BEAT_SILENCE, Console
 from .pages import console_of, render
 from .present import iso
 
 logger = logging.getLogger("celery_gaffer.web")
 T = TypeVar("T")
 
-#: Seconds without a tick from any Beat after which the overview says no Beat is running.
-BEAT_QUIET = 60
+#: Seconds without a tick from any Beat after which the console says no Beat is running.
+BEAT_QUIET = BEAT_SILENCE.total_seconds()
 #: Stale rows evaluated live at most, per overview.
 STALE_EVALUATED = 20
 #: Seconds the zones in use are kept before they are read again.

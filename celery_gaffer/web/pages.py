@@ -12,14 +12,14 @@ import functools
 import json
 from datetime import tzinfo
 from typing import Any, cast
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import quote, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..exceptions import GafferError, InvalidInput
+from ..exceptions import GafferError, ScheduleNotFound
 from ..protocol import RunState
 from ..schedules.changes import ScheduleChanges, new_timing
 from ..schedules.display import describe, when, zone_of
@@ -28,12 +28,32 @@ from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from ..store.console import STATES
 from ..store.schedule_rows import decode_json
 from . import actions
-from .console import Console
+from .console import Console, Detail
+from .lists import (
+    SCHEDULE_SOURCES,
+    Listing,
+    read_filter,
+    read_run_cursor,
+    read_run_state,
+    read_sort,
+)
 from .markup import ISO_INSTANT, breakable, exact_time, readable_instants, utc_iso
 from .present import duration, in_words, run_reason, zone_name
 from .security import READ_ONLY, SESSION_COOKIE
 
 FLASH_COOKIE = "gaffer_flash"
+#: The edit form's fields: a refused edit shows its error beside one of them, else above.
+EDIT_FORM_FIELDS = (
+    "cron",
+    "every",
+    "tz",
+    "args",
+    "kwargs",
+    "catchup",
+    "overlap",
+    "grace",
+    "starting_deadline",
+)
 
 
 @functools.cache
@@ -102,34 +122,31 @@ def message(request: Request, status: int, title: str, text: str, back: str = ""
 
 
 def schedules(request: Request) -> Response:
-    state, search, after = filters(request)
-    page = console_of(request).page(state=state, search=search, after=after)
-    base = {key: value for key, value in (("state", state), ("q", search)) if value}
-    next_url = None
-    if page.next_after is not None:
-        next_url = "/schedules?" + urlencode({**base, "after": page.next_after})
-    first_url = "/schedules" + ("?" + urlencode(base) if base else "")
+    params = request.query_params
+    where, sort = read_filter(params), read_sort(params)
+    after, before = params.get("after") or None, params.get("before") or None
+    page = console_of(request).page(where=where, sort=sort, after=after, before=before)
+    listing = Listing("/schedules", where.as_query(), sort, "name")
     return render(
         request,
         "schedules.html",
         title="Schedules",
         section="schedules",
         page=page,
-        state=state or "",
-        q=search or "",
-        after=after,
-        next_url=next_url,
-        first_url=first_url,
+        where=where,
+        listing=listing,
+        sources=SCHEDULE_SOURCES,
+        next_url=listing.url(after=page.next_after) if page.next_after else None,
+        previous_url=listing.url(before=page.previous_before) if page.previous_before else None,
+        first_url=listing.url() if (after or before) else None,
     )
 
 
 def filters(request: Request) -> tuple[str | None, str | None, str | None]:
-    """``state``, ``q`` and ``after`` of a schedules query (InvalidInput for a bad state)."""
-    params = request.query_params
-    state = params.get("state") or None
-    if state is not None and state not in STATES:
-        raise InvalidInput(f"state: expected one of {', '.join(STATES)}", field="state")
-    return state, params.get("q") or None, params.get("after") or None
+    """``state``, ``q`` and ``after`` of a schedules query (InvalidInput for a bad state);
+    :func:`~.lists.read_filter` reads every filter."""
+    where = read_filter(request.query_params)
+    return where.state, where.search, request.query_params.get("after") or None
 
 
 def detail(request: Request) -> Response:
@@ -137,30 +154,56 @@ def detail(request: Request) -> Response:
     found = console_of(request).detail(name)
     if found is None:
         return message(request, 404, "Not found", f"There is no schedule named {name!r}.")
+    return _detail_page(request, found)
+
+
+def _detail_page(
+    request: Request,
+    found: Detail,
+    status: int = 200,
+    refused: GafferError | None = None,
+    given: dict[str, str] | None = None,
+) -> HTMLResponse:
+    """The detail page; with ``refused``, the edit form open again with the error beside
+    its field and what was typed kept."""
     return render(
         request,
         "detail.html",
-        title=name,
+        status,
+        title=found.view.name,
         section="schedules",
         detail=found,
         runs=shown_runs(found.runs),
+        edit_error=None if refused is None else " ".join(str(refused).split()),
+        edit_field=None if refused is None else (refused.field or ""),
+        edit_given=given or {},
+        edit_fields=EDIT_FORM_FIELDS,
     )
 
 
 def runs(request: Request) -> Response:
-    state = request.query_params.get("state") or None
-    schedule = request.query_params.get("schedule") or None
-    if state is not None and state not in {str(s) for s in RunState}:
-        raise InvalidInput(f"state: expected one of {', '.join(RunState)}", field="state")
-    rows = console_of(request).runs(state=state, schedule=schedule)
+    params = request.query_params
+    state = read_run_state(params)
+    schedule = params.get("schedule") or None
+    after = read_run_cursor(params, "after")
+    before = read_run_cursor(params, "before")
+    page = console_of(request).run_page(state=state, schedule=schedule, after=after, before=before)
+    query = {key: value for key, value in (("state", state), ("schedule", schedule)) if value}
+    listing = Listing("/runs", query, "newest", "newest")
     return render(
         request,
         "runs.html",
         title="Runs",
         section="runs",
-        runs=shown_runs(rows),
+        runs=shown_runs(page.runs),
+        page=page,
         state=state or "",
         schedule=schedule or "",
+        next_url=listing.url(after=str(page.next_after)) if page.next_after else None,
+        previous_url=(
+            listing.url(before=str(page.previous_before)) if page.previous_before else None
+        ),
+        first_url=listing.url() if (after or before) else None,
     )
 
 
@@ -236,6 +279,39 @@ def _act(
     request: Request, name: str, action: str, given: dict[str, str], confirmed: bool
 ) -> Response:
     console = console_of(request)
+    if action in actions.CONFIRMED and not confirmed:
+        stored = console.store.get(name)  # ScheduleNotFound (404) before asking
+        return render(
+            request,
+            "confirm.html",
+            title=f"Confirm {action}",
+            section="schedules",
+            name=name,
+            action=action,
+            preview=None,
+            zone=None,
+            source=stored.source,
+            fields=sorted(given.items()),
+        )
+    if action == "edit":
+        try:
+            return _previewed(request, console, name, action, given, confirmed)
+        except GafferError as exc:
+            found = console.detail(name)
+            if found is None or isinstance(exc, ScheduleNotFound):
+                raise
+            return _detail_page(request, found, 400, exc, given)
+    return _previewed(request, console, name, action, given, confirmed)
+
+
+def _previewed(
+    request: Request,
+    console: Console,
+    name: str,
+    action: str,
+    given: dict[str, str],
+    confirmed: bool,
+) -> Response:
     store = actions.store_for(console.store, console.guard.caller(request), "console")
     if action in actions.PREVIEWED and not confirmed:
         preview = actions.preview(store, name, action, given, from_form=True)
@@ -251,7 +327,8 @@ def _act(
             fields=sorted(given.items()),
         )
     outcome = actions.apply(store, name, action, given, from_form=True, now=console.clock())
-    response = RedirectResponse(f"/schedules/{quote(name, safe='')}", status_code=303)
+    target = "/schedules" if action == "remove" else f"/schedules/{quote(name, safe='')}"
+    response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         FLASH_COOKIE,
         quote(flash_line(console, name, outcome.message)),

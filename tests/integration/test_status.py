@@ -29,7 +29,7 @@ from celery_gaffer.store.schedule_health import survey_rows
 from celery_gaffer.web import create_app
 
 from ..support import FrozenClock, gaffer_cli, noop_app
-from .web.conftest import Client
+from .web.conftest import Client, tick_beat
 
 UTC = timezone.utc
 ALERTING = {"late", "failing", "error"}
@@ -175,7 +175,9 @@ def test_each_state_word_is_right_and_text_json_problems_and_alerts_agree(app: C
     }
     assert lines["late"]["late_since"] in due_then
 
-    # The console's alerts (page and API) list the same late, failing and error ones.
+    # The console's alerts (page and API) list the same late, failing and error ones
+    # (with a Beat ticking: else the console says no Beat is running instead).
+    tick_beat(app, datetime.now(UTC))
     client = Client(create_app(app, token="", clock=lambda: datetime.now(UTC)))
     try:
         listed = client.get("/api/alerts").json()

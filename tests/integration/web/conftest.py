@@ -14,7 +14,7 @@ from celery import Celery
 from sqlalchemy import insert
 
 from celery_gaffer import ScheduleStore
-from celery_gaffer.store import database_for
+from celery_gaffer.store import beats, database_for
 from celery_gaffer.store.models import table_of
 from celery_gaffer.web import create_app
 
@@ -131,3 +131,12 @@ def insert_run(app: Celery, name: str | None, nominal_at: datetime, **values: An
     }
     with database.begin() as conn:
         conn.execute(insert(table_of(database.models.JobRun)), [row])
+
+
+def tick_beat(app: Celery, now: datetime) -> None:
+    """Register a Beat that ticked at ``now`` (the console then deems Beat running)."""
+    database = database_for(app)
+    with database.begin() as conn:
+        beats.heartbeat(
+            conn, database.models, name="test:1", host="test", pid=1, started_at=now, now=now
+        )

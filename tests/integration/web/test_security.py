@@ -316,6 +316,7 @@ def test_json_in_an_attribute_cannot_close_it(client: Client, store: ScheduleSto
     assert found["args"] == {
         "type": "text",
         "name": "args",
+        "id": "edit-args",
         "placeholder": '["\\" value=[0] required hidden x=\\"", "</code><b>"]',
     }
     assert "<b>" not in page
@@ -344,12 +345,12 @@ def test_any_database_error_is_a_503_without_the_url(
 ) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from celery_gaffer.store import console
+    from celery_gaffer.store import console_lists
 
     def locked(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("SELECT ...", {}, Exception("database is locked"))
 
-    monkeypatch.setattr(console, "schedule_page", locked)
+    monkeypatch.setattr(console_lists, "schedule_rows", locked)
     api = client.get("/api/schedules")
     assert api.status_code == 503
     assert api.json() == {"error": "the Gaffer database is unavailable: see the console's log"}
