@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Add schedule NAME sending TASK (source db; Beat picks it up on its next tick).",
     ),
     "audit": (
-        "audit:audit",
+        "observe:audit",
         "The audit log, newest first: every change to schedule NAME (or to all).",
     ),
     "backfill": (

@@ -145,6 +145,8 @@ def schedule_json(stored: StoredSchedule) -> dict[str, Any]:
         "next_fire_at": None if stored.next_fire_at is None else stored.next_fire_at.isoformat(),
         **stored.bounds_json(),
         "error": stored.error,
+        "paused_note": stored.paused_note,
+        "paused_until": iso(stored.paused_until),
     }
 
 

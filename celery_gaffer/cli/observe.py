@@ -1,4 +1,4 @@
-"""Commands that look at the database: migrate, status, runs, cleanup."""
+"""Commands that look at the database: migrate, status, runs, audit, cleanup."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from ..schedules.cron_engine import load_zone
 from ..schedules.kinds import Cron, schedule_from_dict
 from ..store import database_for
 from ..store import runs as run_rows
+from ..store.audit import AuditEntry
 from ..store.retention import cleanup
 from ..store.schedule_rows import decode_json
-from .base import app_of, gaffer, gaffer_errors, iso, ready, table
+from .base import app_of, echo, gaffer, gaffer_errors, iso, ready, store_of, table
 from .status_lines import Formats, Tally, echo_batches, table_lines
-from .times import utc_option, when, zone_of
+from .times import earlier_option, utc_option, when, zone_of
 
 
 @gaffer.command()
@@ -177,3 +178,69 @@ def cleanup_command(ctx: click.Context) -> None:
         f"deleted {report.runs} runs, {report.fires} ledger rows, {report.keys} keys,"
         f" {report.alerts} alerts"
     )
+
+
+@gaffer.command()
+@click.argument("name", required=False)
+@click.option(
+    "--since",
+    "since_text",
+    metavar="TIME",
+    help="Only entries at or after this time: a duration before now (2h, 30m, 1d) or ISO "
+    "8601 (without an offset: UTC).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="At most this many entries.",
+)
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of entries.")
+@click.pass_context
+@gaffer_errors
+def audit(
+    ctx: click.Context, name: str | None, since_text: str | None, limit: int, as_json: bool
+) -> None:
+    """The audit log, newest first: every change to schedule NAME (or to all).
+
+    One line per entry: when, who (the actor), through what (the source: cli, api,
+    console, config, import, code or beat), the action, the schedule, the note and each
+    changed field as before -> after. --json prints a list of objects with the keys at,
+    actor, source, action, schedule, note and changes ({field: [before, after]}).
+    """
+    since = None if since_text is None else earlier_option(since_text, "--since", utcnow())
+    found = store_of(ctx, check_tasks=False).audit(name, since=since, limit=limit)
+    if as_json:
+        echo(json.dumps([entry.as_json() for entry in found]))
+        return
+    table(
+        ("AT", "ACTOR", "SOURCE", "ACTION", "SCHEDULE", "NOTE", "CHANGES"),
+        [
+            (
+                when(entry.at),
+                entry.actor,
+                entry.source,
+                entry.action,
+                entry.schedule or "-",
+                entry.note or "-",
+                changes_text(entry),
+            )
+            for entry in found
+        ],
+        last_wide=True,
+    )
+
+
+def changes_text(entry: AuditEntry) -> str:
+    """Each changed field as ``field: before -> after``, values in compact JSON."""
+    if not entry.changes:
+        return "-"
+    return "; ".join(
+        f"{field}: {_compact(pair[0])} -> {_compact(pair[1])}"
+        for field, pair in entry.changes.items()
+    )
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

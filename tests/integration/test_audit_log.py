@@ -295,3 +295,23 @@ def test_two_beats_resuming_at_once_resume_each_schedule_once(
     assert sorted(resumed[0] + resumed[1]) == sorted(names)
     resumes = [e for e in store.audit(limit=500) if e.action == "resume"]
     assert len(resumes) == len(names)
+
+
+def test_resume_due_leaves_a_schedule_still_in_error_paused_and_says_why(
+    app: Celery, clock: FrozenClock
+) -> None:
+    ScheduleStore(app, clock=clock, check_tasks=False).add("broken", "t.gone", every(60))
+    store = ScheduleStore(app, clock=clock)
+    with store.database.begin() as conn:
+        rows.mark_errors(conn, store.database.models, {"broken": "task: t.gone unknown"}, None)
+    store.pause("broken", until=clock.now + timedelta(minutes=1))
+    clock.advance(120)
+    assert store.acting_as("beat", "beat").resume_due() == []
+    kept = store.get("broken")
+    assert (kept.enabled, kept.paused_until) == (False, None)
+    entry = store.audit("broken")[0]
+    assert entry.action == "update"
+    assert entry.note is not None
+    assert "not resumed" in entry.note
+    assert "t.gone" in entry.note
+    assert store.acting_as("beat", "beat").resume_due() == []  # not tried again
