@@ -102,7 +102,7 @@ def test_run_page_of_a_scheduled_run_links_its_schedule_and_the_runs_table_links
     table = client.get("/runs").text
     assert f'<a href="/runs/{row["id"]}">{row["id"]}</a>' in table
     page = client.get(f"/runs/{row['id']}").text
-    assert 'href="/schedules/hourly-sync" class="name">hourly-sync<' in page
+    assert 'href="/schedules/hourly-sync" class="name">hourly-<wbr>sync<' in page
     assert "w1@host" in page
     assert 'id="run-fence">12<' in page
     assert 'id="run-args">not recorded<' in page
