@@ -41,6 +41,7 @@ ADAPTERS = {
     "task",
     "scheduler",
     "schedule_store",
+    "schedule_reads",
     "schedule_sync",
     "cli",
     "wiring",
