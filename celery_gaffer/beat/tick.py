@@ -14,8 +14,9 @@ Data flows one way: database -> what to send -> broker -> marked. Each run of
 3. :meth:`Tick.confirm_deliveries`: the sent fires no worker ever started are published
    again (opt-in);
 4. :meth:`Tick.check_health`: the lost-run sweep and health checks (:mod:`.checkup`);
-   partitions and webhook alerts are made and sent by threads of their own, as is this
-   Beat's row in the Beats' registry (:mod:`.registry`), which each run notes it ticked.
+   partitions and webhook alerts are made and sent by threads of their own, as are
+   this Beat's row in the Beats' registry (:mod:`.registry`), which each run notes it
+   ticked, and the resumes of schedules whose pause ended (:mod:`.resumes`).
 
 When the run next wakes, and how far ahead fires are decided, is :mod:`.wake`'s (pure).
 A run woken only for a held send makes no probe and no claim.
@@ -44,6 +45,7 @@ from .metrics import Metrics
 from .partition_keeper import PartitionKeeper
 from .publisher import Published, send
 from .registry import Registry
+from .resumes import ResumeDue, Resumes
 from .rows import RowChecks
 from .wake import WakePlanner, nap, until_database_work
 
@@ -60,6 +62,7 @@ class Tick:
         clock: Clock,
         producer: Callable[[], Any],
         *,
+        resume_due: ResumeDue,
         batch_size: int = 1000,
         tick_budget: float = 1.0,
     ) -> None:
@@ -81,6 +84,8 @@ class Tick:
         #: This Beat's row in the Beats' registry (written by a thread of its own once
         #: :meth:`start_sender` ran).
         self.registry = Registry(database, clock)
+        #: Resumes the schedules whose pause ended (``resume_due``: the store's side).
+        self.resumes = Resumes(resume_due, clock)
         #: A run is under way (a close() now comes from a signal handler inside it).
         self._in_run = False
 
@@ -116,6 +121,7 @@ class Tick:
             return nap(min(left, max_interval), self.held_sender.wake_in(self.clock()))
         now = self.clock()
         self.registry.ticked(now)
+        self.resumes.on_tick(now)
         self.partitions.on_tick(now)
         current = self.probe()
         fires, checks, pending, confirms = current.due(now, self.wake.ahead)
@@ -161,6 +167,7 @@ class Tick:
         own from the app's pool, and do the side work (alerts, partitions) from threads
         of its own; :meth:`close` stops them."""
         self.registry.start()
+        self.resumes.start()
         self.alerts.start()
         self.partitions.start(self.clock)
         self.held_sender.start(lambda: self.app.producer_pool.acquire(block=True))
@@ -169,6 +176,7 @@ class Tick:
         """Stop the threads (the side threads without waiting), mark what was sent, give
         back the held fires not sent, and remove this Beat's registry row."""
         self.registry.stop()
+        self.resumes.stop()
         self.alerts.stop()
         self.partitions.stop()
         self.held_sender.stop()
