@@ -7,13 +7,21 @@ from collections.abc import Iterator
 
 import pytest
 from celery import Celery
+from kombu import compression
 
 from celery_gaffer import Scheduler, ScheduleStore, every
 from celery_gaffer.beat.rows import ERROR_RECHECK
 from celery_gaffer.store import database_for
 from celery_gaffer.store.audit import AuditEntry, entries
 
-from ...support import FrozenClock, noop_app
+from ...support import FrozenClock, message_headers, noop_app
+
+
+def _broken(body: bytes) -> bytes:
+    raise KeyError("tenant-dictionary")  # its own lookup fails, for every message
+
+
+compression.register(_broken, _broken, "application/x-gaffer-broken", ["broken"])
 
 
 @pytest.fixture
@@ -86,3 +94,23 @@ def test_a_schedule_edited_in_error_and_still_unusable_moves_to_error_again(
     assert moved.changes == {"error": [None, first]}
     assert (changed.action, changed.note) == ("error", second)
     assert changed.changes == {"error": [None, second]}
+
+
+def test_a_payload_the_broker_refuses_is_audited_once_as_a_move_to_error(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("fine", "t.noop", every(60))
+    store.add("cursed", "t.noop", every(60), options={"compression": "broken"})
+    scheduler = Scheduler(app, clock=clock)
+    for _ in range(3):
+        clock.advance(60)
+        scheduler.tick()
+    assert [h["gaffer_schedule"] for h in message_headers(redis_url)] == ["fine"] * 3
+    error = store.get("cursed").error
+    assert error is not None
+    assert "tenant-dictionary" in error
+    [moved] = beat_entries(app, "cursed")
+    assert (moved.actor, moved.action, moved.note) == ("beat", "error", error)
+    assert moved.changes == {"error": [None, error]}
+    assert beat_entries(app, "fine") == []
