@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 LOWEST_VENV ?= .venv-lowest
 LOWEST_BIN := $(LOWEST_VENV)/bin
 LOWEST_STAMP := $(LOWEST_VENV)/.installed
-# The demo gets a venv of its own with the package alone: no test, lint or docs extras.
+# The demo gets a venv of its own with the package and its console (the web extra): no test,
+# lint or docs extras.
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
@@ -30,10 +31,10 @@ $(LOWEST_STAMP): pyproject.toml $(wildcard constraints/lowest*)
 	$(LOWEST_BIN)/python constraints/lowest.py --pip-install --quiet -e '.[web,test]'
 	touch $(LOWEST_STAMP)
 
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[web]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from celery import beat
@@ -24,11 +25,13 @@ from .beat.tick import MAX_PUBLISHES, Tick
 from .clock import Clock, utcnow
 from .exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError
 from .schedule_store import ScheduleStore
-from .store import Database, database_for
+from .store import Database, database_for, pause_ends
 from .store.database import driver_reason, fix_for, is_permanent
 
 # Longest wait between two attempts to reach the database at start-up, in seconds.
 START_BACKOFF_MAX = 30.0
+# Most schedules whose ended pause one look resumes (the rest at the next look).
+RESUME_BATCH = 500
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -83,6 +86,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             self.database,
             clock,
             lambda: self.producer,
+            resume_due=self._resume_due,
             batch_size=self.batch_size,
             tick_budget=self.tick_budget,
         )
@@ -167,6 +171,23 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 )
                 self.sleep(delay)
                 delay = min(delay * 2, START_BACKOFF_MAX)
+
+    def _resume_due(self, now: datetime) -> list[str]:
+        """Resume the paused schedules whose ``paused_until`` is at or before ``now``, as
+        ``resume`` does; their names (those still in error stay paused)."""
+        # merged with ScheduleStore.resume_due: ScheduleStore(self.app, clock=self._clock,
+        # actor="beat", audit_source="beat").resume_due(now) replaces this stand-in.
+        store = ScheduleStore(self.app, clock=self._clock)
+        with self.database.read() as conn:
+            ended = pause_ends.pauses_ended(conn, self.database.models, now, RESUME_BATCH)
+        resumed = []
+        for name in ended:
+            try:
+                store.resume(name)
+            except GafferError:  # removed meanwhile, or still in error
+                continue
+            resumed.append(name)
+        return resumed
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due fire; return the seconds until the next one is due.

@@ -10,12 +10,15 @@ one-line reason on stderr.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shlex
 import shutil
 import sys
 import time
+from pathlib import Path
 
-from demo_kit import HERE, VAR, DemoFailed, Processes, check, gaffer, say
+from demo_kit import APP, HERE, VAR, DemoFailed, Processes, check, gaffer, say
 
 
 def main() -> int:
@@ -77,9 +80,18 @@ def main() -> int:
     say()
     say(f"Every step's evidence held; {time.monotonic() - started:.0f} s. Logs and database: var/")
     say("The web console shows what it left (schedules, runs, alerts) at http://127.0.0.1:5557/:")
-    say("   $ cd example_project && ../.venv/bin/celery -A billing.celery_app gaffer web")
-    say("   (`make install` brings its extra; elsewhere: pip install 'celery-gaffer[web]')")
+    say(f"   $ {console_command()}")
+    if importlib.util.find_spec("uvicorn") is None:
+        say("   (it needs the web extra: pip install 'celery-gaffer[web]')")
     return 0
+
+
+def console_command() -> str:
+    """The command that serves the console on the demo's database, to paste as it is
+    wherever the user is: this virtualenv's ``celery`` (``make demo``'s has the web
+    extra), run from this folder."""
+    celery = os.path.relpath(Path(sys.executable).parent / "celery", HERE)
+    return f"cd {shlex.quote(str(HERE))} && {shlex.quote(celery)} -A {APP} gaffer web"
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from .catchup import decide
 from .held import HOLD_AHEAD
 from .plan import RowPlan, log_decision, plan_row, recount
 from .redelivery import claim_unconfirmed
-from .rows import RowChecks
+from .rows import ErrorMove, RowChecks, record_moves
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -113,6 +113,7 @@ class Dispatcher:
             changes: list[dict[str, Any]] = []
             bounded: dict[str, tuple[DueSchedule, ScheduleSpec, dict[str, Any]]] = {}
             payloads: dict[str, Payload] = {}
+            moves: list[ErrorMove] = []
             for row in due:
                 # Whatever one row holds, only that schedule goes to error: the others
                 # of the batch, and Beat, go on.
@@ -134,15 +135,21 @@ class Dispatcher:
                     )
                     plan = plan_row(row, window, decision, now, republish_at, hold_until)
                 except Exception as exc:  # noqa: BLE001 - isolated to its schedule
-                    changes.append(self.rows.error_change(row, exc, now))
+                    change = self.rows.error_change(row, exc, now)
+                    changes.append(change)
+                    if change["error"] != row.error:
+                        moves.append(ErrorMove(row.name, row.error, change["error"]))
                     continue
                 self.rows.note_recovery(row)
+                if row.error is not None:
+                    moves.append(ErrorMove(row.name, row.error, None))
                 log_decision(row, decision)
                 plans.append(plan)
                 changes.append(plan.change)
                 if spec.policy.bounds.max_runs is not None:
                     bounded[row.name] = (row, spec, plan.change)
                 payloads[row.name] = payload
+            record_moves(conn, self.database.models, moves, now)
             inserted = self._record(conn, due, plans, changes, bounded, payloads, now)
             later: list[tuple[Any, dict[str, Any]]] = []
             schedule_rows.advance_schedules(conn, self.database.models, changes, later=later)

@@ -30,7 +30,7 @@ from .held import HeldSends
 from .marking import mark_groups
 from .metrics import Metrics
 from .publisher import Published, send
-from .rows import RowChecks
+from .rows import ErrorMove, RowChecks, record_moves
 
 logger = logging.getLogger("celery_gaffer.scheduler")
 
@@ -169,11 +169,19 @@ class HeldSender:
         """Put the schedules whose payload the broker refused in error."""
         for name, reason in refused.items():
             self.rows.report_error(name, reason)
+        models = self.database.models
         with self.database.begin() as conn:
+            before = schedule_rows.load_payloads(conn, models, refused)
             # Not loaded again by itself: the row validates, so each recheck would
             # add a fire the broker refuses again. Fixing its options (update,
             # --replace) or resuming it clears the error; its pending fires wait.
-            schedule_rows.mark_errors(conn, self.database.models, refused, None)
+            schedule_rows.mark_errors(conn, models, refused, None)
+            moves = [
+                ErrorMove(name, before[name].error, reason)
+                for name, reason in refused.items()
+                if name in before and before[name].error != reason
+            ]
+            record_moves(conn, models, moves, self.clock())
 
     def stop(self) -> None:
         """Stop the thread (the tick sends from then on); it may be inside a round."""

@@ -1,5 +1,7 @@
 """The due rows a tick decides: each checked with the rules every entry passes before
 it is written (cached), and the errors of the rows that cannot be used, reported once.
+Each move of a row into ``error`` or out of it is written to the audit log (actor and
+source ``beat``) in the transaction that makes it.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ..exceptions import GafferError
 from ..schedules.spec import ScheduleSpec
+from ..store import audit
+from ..store.models import Models
 from ..store.schedules import DueSchedule, Payload
 from .plan import stored_entry, usable_row
 
@@ -21,6 +27,28 @@ logger = logging.getLogger("celery_gaffer.scheduler")
 PARSED_CACHE = 2_000
 # How soon Beat loads a schedule in error again, to see whether its cause is gone.
 ERROR_RECHECK = timedelta(seconds=60)
+#: Who the audit log names for Beat's own changes.
+BEAT = audit.Actor("beat", "beat")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMove:
+    """A schedule's ``error`` going from ``before`` to ``after`` (None: not in error)."""
+
+    schedule: str
+    before: str | None
+    after: str | None
+
+
+def record_moves(conn: Connection, models: Models, moves: list[ErrorMove], now: datetime) -> None:
+    """Write the audit entries of ``moves`` in ``conn``'s transaction (the moves' own):
+    ``error`` with the reason as its note, or ``recover``."""
+    for move in moves:
+        action = "recover" if move.after is None else "error"
+        changes = {"error": [move.before, move.after]}
+        audit.record(
+            conn, models, BEAT, action, move.schedule, now, note=move.after, changes=changes
+        )
 
 
 @dataclass

@@ -14,7 +14,9 @@ Data flows one way: database -> what to send -> broker -> marked. Each run of
 3. :meth:`Tick.confirm_deliveries`: the sent fires no worker ever started are published
    again (opt-in);
 4. :meth:`Tick.check_health`: the lost-run sweep and health checks (:mod:`.checkup`);
-   partitions and webhook alerts are made and sent by threads of their own.
+   partitions and webhook alerts are made and sent by threads of their own, as are
+   this Beat's row in the Beats' registry (:mod:`.registry`), which each run notes it
+   ticked, and the resumes of schedules whose pause ended (:mod:`.resumes`).
 
 When the run next wakes, and how far ahead fires are decided, is :mod:`.wake`'s (pure).
 A run woken only for a held send makes no probe and no claim.
@@ -42,6 +44,8 @@ from .marking import mark
 from .metrics import Metrics
 from .partition_keeper import PartitionKeeper
 from .publisher import Published, send
+from .registry import Registry
+from .resumes import ResumeDue, Resumes
 from .rows import RowChecks
 from .wake import WakePlanner, nap, until_database_work
 
@@ -58,6 +62,7 @@ class Tick:
         clock: Clock,
         producer: Callable[[], Any],
         *,
+        resume_due: ResumeDue,
         batch_size: int = 1000,
         tick_budget: float = 1.0,
     ) -> None:
@@ -76,6 +81,11 @@ class Tick:
         #: POSTs the webhook alerts (from a thread of its own once :meth:`start_sender` ran).
         self.alerts = AlertDelivery(database, clock)
         self.checkup = Checkup(database, self.alerts, batch_size)
+        #: This Beat's row in the Beats' registry (written by a thread of its own once
+        #: :meth:`start_sender` ran).
+        self.registry = Registry(database, clock)
+        #: Resumes the schedules whose pause ended (``resume_due``: the store's side).
+        self.resumes = Resumes(resume_due, clock)
         #: A run is under way (a close() now comes from a signal handler inside it).
         self._in_run = False
 
@@ -110,6 +120,8 @@ class Tick:
         if left is not None:  # woken for a held send: the database work is not due
             return nap(min(left, max_interval), self.held_sender.wake_in(self.clock()))
         now = self.clock()
+        self.registry.ticked(now)
+        self.resumes.on_tick(now)
         self.partitions.on_tick(now)
         current = self.probe()
         fires, checks, pending, confirms = current.due(now, self.wake.ahead)
@@ -154,13 +166,17 @@ class Tick:
         """Send held fires from a thread of their own from now on, with a producer of its
         own from the app's pool, and do the side work (alerts, partitions) from threads
         of its own; :meth:`close` stops them."""
+        self.registry.start()
+        self.resumes.start()
         self.alerts.start()
         self.partitions.start(self.clock)
         self.held_sender.start(lambda: self.app.producer_pool.acquire(block=True))
 
     def close(self) -> None:
-        """Stop the threads (the side threads without waiting), mark what was sent, and
-        give back the held fires not sent."""
+        """Stop the threads (the side threads without waiting), mark what was sent, give
+        back the held fires not sent, and remove this Beat's registry row."""
+        self.registry.stop()
+        self.resumes.stop()
         self.alerts.stop()
         self.partitions.stop()
         self.held_sender.stop()
@@ -171,6 +187,7 @@ class Tick:
             # would wait 30 s for). Its Service closes it again once the run unwound.
             return
         self.held_sender.give_back()
+        self.registry.remove()
 
     def probe(self) -> Probe:
         confirm = self.database.settings.confirm_delivery_after is not None

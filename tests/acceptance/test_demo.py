@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -99,6 +102,62 @@ def test_the_demo_shows_each_guarantee_with_evidence_and_runs_again(tmp_path: Pa
         assert len(out.splitlines()) <= 110, out
     leftovers = subprocess.run(["pgrep", "-f", str(project)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""
+    check_console_hint(out, project)
+
+
+def check_console_hint(out: str, project: Path) -> None:
+    """The demo's last command, pasted as printed (from elsewhere), serves its schedules."""
+    hint = re.search(r"(?m)^   \$ (cd (\S+) && (\S+) -A billing\.celery_app gaffer web)$", out)
+    assert hint, out
+    command, folder, celery = hint[1], Path(hint[2]), Path(hint[3])
+    assert folder == project
+    executable = folder / celery
+    assert os.access(executable, os.X_OK), f"{executable} is not a program"
+    # The virtualenv of that celery has the web extra.
+    extra = subprocess.run(
+        [str(executable.parent / "python"), "-c", "import python_multipart, uvicorn, starlette"],
+        capture_output=True,
+        text=True,
+    )
+    assert extra.returncode == 0, extra.stderr
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GAFFER_DATABASE_URL", "CELERY_BROKER_URL", "BILLING_VAR")
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    console = subprocess.Popen(
+        ["bash", "-c", f"{command} --port 0"],  # any free port: tests run side by side
+        cwd=project.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert console.stdout is not None
+        line = console.stdout.readline()
+        started = re.search(r"Gaffer console on (http://\S+/) ", line)
+        assert started, line + console.stdout.read()
+        with urllib.request.urlopen(f"{started[1]}api/schedules", timeout=10) as response:
+            listed = json.dumps(json.load(response))
+        for name in ("bank-feed", "nightly-reconciliation", "accounting-export"):
+            assert f'"{name}"' in listed, listed
+    finally:
+        os.killpg(console.pid, signal.SIGTERM)
+        console.wait(10)
+
+
+def test_the_demo_virtualenv_gets_the_web_extra(tmp_path: Path) -> None:
+    planned = subprocess.run(
+        ["make", "-n", "demo", f"DEMO_VENV={tmp_path / 'venv'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "pip install --quiet -e '.[web]'" in planned.stdout, planned.stdout
 
 
 def test_the_demo_fails_with_one_line_when_a_step_has_no_evidence(tmp_path: Path) -> None:
