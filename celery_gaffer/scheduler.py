@@ -25,7 +25,7 @@ from .beat.tick import MAX_PUBLISHES, Tick
 from .clock import Clock, utcnow
 from .exceptions import DatabaseNotReady, DatabaseUnavailable, GafferError
 from .schedule_store import ScheduleStore
-from .store import Database, database_for, pause_ends
+from .store import Database, database_for
 from .store.database import driver_reason, fix_for, is_permanent
 
 # Longest wait between two attempts to reach the database at start-up, in seconds.
@@ -174,20 +174,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def _resume_due(self, now: datetime) -> list[str]:
         """Resume the paused schedules whose ``paused_until`` is at or before ``now``, as
-        ``resume`` does; their names (those still in error stay paused)."""
-        # merged with ScheduleStore.resume_due: ScheduleStore(self.app, clock=self._clock,
-        # actor="beat", audit_source="beat").resume_due(now) replaces this stand-in.
-        store = ScheduleStore(self.app, clock=self._clock)
-        with self.database.read() as conn:
-            ended = pause_ends.pauses_ended(conn, self.database.models, now, RESUME_BATCH)
-        resumed = []
-        for name in ended:
-            try:
-                store.resume(name)
-            except GafferError:  # removed meanwhile, or still in error
-                continue
-            resumed.append(name)
-        return resumed
+        ``resume`` does, recorded in the audit log as Beat's; their names."""
+        store = ScheduleStore(self.app, clock=self._clock, actor="beat", audit_source="beat")
+        return store.resume_due(now, limit=RESUME_BATCH)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due fire; return the seconds until the next one is due.

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pytest
 from celery import Celery
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from celery_gaffer import ScheduleStore, every
 from celery_gaffer.store import database_for
@@ -103,12 +103,10 @@ def test_a_real_beat_resumes_a_schedule_whose_pause_ended_and_it_fires(
     app = _app(redis_url, postgres_url)
     store = ScheduleStore(app)
     store.add("wakes", "proj.record", every(1))
-    store.pause("wakes")
-    database = database_for(app)
-    schedules, fires = database.models.Schedule, database.models.Fire
     ends = datetime.now(timezone.utc) + timedelta(seconds=3)
-    with database.begin() as conn:
-        conn.execute(update(schedules).where(schedules.name == "wakes").values(paused_until=ends))
+    store.pause("wakes", note="bank holiday", until=ends)
+    database = database_for(app)
+    fires = database.models.Fire
 
     def fired_after_pause() -> int:
         with database.read() as conn:
@@ -123,7 +121,14 @@ def test_a_real_beat_resumes_a_schedule_whose_pause_ended_and_it_fires(
         beat.wait_for_log("resumed schedule wakes: its pause ended", timeout=60)
         _eventually(fired_after_pause, 20, "a fire after the pause", beat.log)
         log = beat.log()
-    assert store.get("wakes").policy.enabled
+    resumed = store.get("wakes")
+    assert resumed.policy.enabled
+    assert (resumed.paused_note, resumed.paused_until) == (None, None)
+    # The audit log says Beat resumed it, and why.
+    latest = store.audit("wakes")[0]
+    assert (latest.action, latest.actor, latest.source) == ("resume", "beat", "beat")
+    assert latest.note == f"paused until {ends.isoformat()} passed"
+    assert latest.changes["enabled"] == [False, True]
     with database.read() as conn:
         during = conn.execute(
             select(func.count()).where(fires.schedule == "wakes", fires.nominal_at <= ends)
