@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from importlib.resources import files
 from typing import Any
 
@@ -88,8 +89,17 @@ def create_app(
         Route("/api/runs/{id}", run_page.api_run),
         Route("/api/alerts", api.alerts),
     ]
+    kept = overview.Kept()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Served (uvicorn runs this): the overview's first read starts at once.
+        app.state.overview_warm_up = overview.warm_up(console, kept)
+        yield
+
     app = Starlette(
         routes=routes,
+        lifespan=lifespan,
         # The edge inside the headers: its refusals carry the security headers too.
         middleware=[
             Middleware(SecurityHeaders, allowed_hosts=allowed_hosts),
@@ -103,6 +113,7 @@ def create_app(
         },
     )
     app.state.console = console
+    app.state.overview_kept = kept
     return app
 
 

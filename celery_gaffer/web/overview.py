@@ -25,10 +25,12 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..beat.health import evaluate_safely
+from ..exceptions import GafferError
 from ..protocol import Health
 from ..schedules.clock_changes import ClockChange, clock_changes, offset_text
 from ..schedules.cron_engine import load_zone
@@ -143,6 +145,12 @@ class Refreshed(Generic[T]):
             self._kept = (now, value)
         return value, now
 
+    @property
+    def ready(self) -> bool:
+        """Whether a value has been read (the next :meth:`get` answers at once)."""
+        with self._lock:
+            return self._kept is not None
+
     def wait(self) -> None:
         """Until a reading started by :meth:`get` is done."""
         reading = self._reading
@@ -189,6 +197,25 @@ class Kept:
         object.__setattr__(self, "zones", Refreshed(_zones, ZONES_TTL, background=background))
         counts = Refreshed(_state_counts, COUNTS_TTL, background=background)
         object.__setattr__(self, "counts", counts)
+
+
+def warm_up(console: Console, kept: Kept) -> threading.Thread:
+    """Read the overview once on a thread of its own, as the console starts, so that the
+    first overview asked for finds the counts, the zones and the day's runs read."""
+
+    def read() -> None:
+        try:
+            read_overview(console, kept)
+        except (GafferError, SQLAlchemyError) as exc:  # the first overview reads again
+            logger.warning(
+                "overview: the first read failed: %s",
+                type(exc).__name__,
+                extra={"action": "web_overview_read"},
+            )
+
+    thread = threading.Thread(target=read, name="gaffer-overview-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def kept_of(request: Request) -> Kept:

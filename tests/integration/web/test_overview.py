@@ -3,6 +3,7 @@ fires and runs per minute, and the next clock change among the zones in use."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 from celery import Celery
@@ -253,3 +254,22 @@ def test_a_clock_change_of_half_an_hour_is_said_in_minutes_and_a_zone_without_on
     )
     assert next_clock_change(["Asia/Tokyo", "UTC"], clock()) is None
     assert next_clock_change(["Not/AZone"], clock()) is None
+
+
+def test_a_served_console_reads_its_overview_as_it_starts_not_at_the_first_request(
+    celery_app: Celery, store: ScheduleStore, clock: FrozenClock
+) -> None:
+    store.add("nightly", "t.noop", cron("30 1 * * *", "Europe/London"))
+    app = create_app(celery_app, token=TOKEN, clock=clock)
+    kept = app.state.overview_kept
+    assert not kept.counts.ready
+    assert not kept.zones.ready
+
+    async def serve() -> None:  # what a server does with the app as it starts and stops
+        async with app.router.lifespan_context(app):
+            app.state.overview_warm_up.join(30)
+
+    asyncio.run(serve())
+    assert kept.counts.ready
+    assert kept.zones.ready
+    assert Client(app).get("/api/overview").json()["counts"]["ok"] == 1
