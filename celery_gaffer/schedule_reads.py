@@ -258,6 +258,18 @@ def _actor(name: str, audit_source: str) -> Actor:
         raise InvalidInput(f"audit_{exc}", field="audit_source") from exc
 
 
+#: Longest note a change takes (``pause(name, note=...)`` and the others).
+NOTE_LENGTH = 1000
+
+
+def checked_note(note: Any) -> str | None:
+    """``note`` if it is None or text of at most :data:`NOTE_LENGTH` characters, else
+    InvalidInput naming ``note``."""
+    if note is not None and (not isinstance(note, str) or len(note) > NOTE_LENGTH):
+        raise InvalidInput(f"note: expected text of at most {NOTE_LENGTH} characters", field="note")
+    return note
+
+
 def check_editable(changes: Mapping[str, Any]) -> None:
     unknown = sorted(set(changes) - set(ScheduleChanges.__annotations__))
     if unknown:

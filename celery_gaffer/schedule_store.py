@@ -14,7 +14,7 @@ each changed field before and after. A write that fails leaves no entry.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from . import schedule_sync
 from .beat import triggers
 from .exceptions import GafferError, InvalidInput, ScheduleExists
-from .schedule_reads import ScheduleReads, backfillable, check_editable
+from .schedule_reads import NOTE_LENGTH, ScheduleReads, backfillable, check_editable, checked_note
 from .schedules import watermarks
 from .schedules.changes import ScheduleChanges
 from .schedules.preview import Preview as Preview
@@ -167,6 +167,7 @@ class ScheduleStore(ScheduleReads):
         bad input; nothing is written then.
         """
         check_editable(changes)
+        note = checked_note(note)
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
@@ -182,10 +183,14 @@ class ScheduleStore(ScheduleReads):
 
         ``note`` says why (kept on the schedule as ``paused_note`` and in the audit
         log). ``until`` (an aware datetime after now, else InvalidInput naming ``until``)
-        is when Beat resumes it by itself, as ``resume`` does (``paused_until``). Pausing
-        a paused schedule with a note or time replaces them; without, changes nothing.
+        is when Beat resumes it by itself, as ``resume`` does (``paused_until``): the
+        fires from ``until`` on are sent, under the schedule's catch-up policy. Pausing a
+        paused schedule with a note or a time replaces that one and keeps the other;
+        with neither, it changes nothing. A note is at most 1,000
+        characters.
         """
         now = self._clock()
+        note = checked_note(note)
         if until is not None:
             until = _future(until, now)
         with self.database.begin() as conn:
@@ -194,13 +199,17 @@ class ScheduleStore(ScheduleReads):
             if values is None and note is None and until is None:
                 return current
             values = values or {"updated_at": now}
-            values.update(paused_note=note, paused_until=until)
+            values.update(
+                paused_note=current.paused_note if note is None else note,
+                paused_until=current.paused_until if until is None else until,
+            )
             rows.update_schedule(conn, self._models, name, values)
             return self._recorded(conn, "pause", current, now, note)
 
     def resume(self, name: str, *, note: str | None = None) -> StoredSchedule:
         """Fire ``name`` again from its first nominal time after now (its pause's note
         and time cleared)."""
+        note = checked_note(note)
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
@@ -216,16 +225,27 @@ class ScheduleStore(ScheduleReads):
         transaction; returns their names. Each is recorded with the note "paused until
         <time> passed". On PostgreSQL rows another Beat holds are skipped, so a schedule
         is resumed once. One still in error stays paused, its time cleared, the entry
-        saying why (action ``update``)."""
+        saying why (action ``update``).
+
+        The fires from ``paused_until`` on are then Beat's to send under the schedule's
+        catch-up policy, as after a Beat was down: one at ``paused_until`` is sent even
+        when this runs a little later."""
         when = self._clock() if now is None else now
         resumed: list[str] = []
+        with self.database.read() as conn:
+            # Most looks find none: a read, which takes no write lock (SQLite's included).
+            if not rows.has_due_resumes(conn, self._models, when):
+                return resumed
         with self.database.begin() as conn:
             for current in rows.lock_due_resumes(conn, self._models, when, limit):
-                until = current.paused_until
-                note = f"paused until {until.isoformat() if until else '?'} passed"
+                until = current.paused_until or when
+                note = f"paused until {until.isoformat()} passed"
                 action = "resume"
                 try:
-                    values = self._enabled_values(current, True, when) or {}
+                    # From just before ``until``: its fire and the later ones are
+                    # Beat's to send, by the catch-up policy, as for a Beat that was down.
+                    values = self._enabled_values(current, True, until - _INSTANT) or {}
+                    values["updated_at"] = when
                 except GafferError as exc:
                     action, note = "update", f"{note}; not resumed: {exc}"
                     values = {"paused_until": None, "updated_at": when}
@@ -237,6 +257,7 @@ class ScheduleStore(ScheduleReads):
 
     def remove(self, name: str, *, note: str | None = None) -> None:
         """Delete ``name``; its ledger and run history stay for ``cleanup`` to expire."""
+        note = checked_note(note)
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
@@ -264,6 +285,7 @@ class ScheduleStore(ScheduleReads):
 
     def trigger(self, name: str, *, note: str | None = None) -> str:
         """Publish one fire of ``name`` now, with its own key; returns the key."""
+        note = checked_note(note)
 
         def recorded(conn: Connection, fires: list[Fire]) -> None:
             changes = {"key": [None, fires[0].key]}
@@ -283,6 +305,7 @@ class ScheduleStore(ScheduleReads):
     ) -> triggers.BackfillReport:
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have
         (recorded in the audit log when it sends any)."""
+        note = checked_note(note)
         schedule = backfillable(self.get(name))
 
         def recorded(conn: Connection, fires: list[Fire]) -> None:
@@ -401,6 +424,11 @@ class ScheduleStore(ScheduleReads):
     ) -> None:
         record(conn, self._models, self.audit_actor, action, name, now, note=note, changes=changes)
 
+
+#: Just before an instant: a watermark there leaves a fire at the instant to be sent.
+_INSTANT = timedelta(microseconds=1)
+
+__all__ = ["NOTE_LENGTH", "Preview", "ScheduleStore"]
 
 _ADD_ARGUMENTS = frozenset({"name", "task", "schedule", "args", "kwargs", "options", "gaffer"})
 

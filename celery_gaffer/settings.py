@@ -49,6 +49,7 @@ SETTING_KEYS: tuple[str, ...] = (
     "gaffer_ledger_retention",
     "gaffer_key_retention",
     "gaffer_partition_interval",
+    "gaffer_run_arguments",
     WEBHOOK_URL_KEY,
     WEBHOOK_SECRET_URL_KEY,
 )
@@ -73,6 +74,8 @@ class GafferSettings:
     #: The period of one partition of the ledger and the run records (PostgreSQL).
     partition_interval: float = 7 * 86400.0
     alert_webhook_url: str | None = None
+    #: Whether run records keep each delivery's ``args`` and ``kwargs``.
+    run_arguments: bool = True
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> GafferSettings:
@@ -102,6 +105,7 @@ class GafferSettings:
                 conf, "gaffer_partition_interval", 7 * 86400.0, minimum=3600.0
             ),
             alert_webhook_url=_webhook_setting(conf),
+            run_arguments=_flag(conf, "gaffer_run_arguments", True),
         )
 
     @property
@@ -114,6 +118,13 @@ class GafferSettings:
         """The alert webhook URL as ``scheme://host/***``: safe to log (a webhook's user,
         path and query are its secret, as in Slack's URLs)."""
         return None if self.alert_webhook_url is None else masked_ping_url(self.alert_webhook_url)
+
+
+def _flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = conf.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{key}: expected True or False, got {value!r}", field=key)
+    return value
 
 
 _cache: weakref.WeakKeyDictionary[Any, GafferSettings] = weakref.WeakKeyDictionary()

@@ -132,8 +132,11 @@ class Registry:
         """A clean shutdown: stop refreshing and remove the row (one line when the
         database cannot be reached: the row is then removed as a dead Beat's)."""
         self.stop()
-        if self.started_at is None or self._removed:
+        if self._removed:
             return
+        # Set first: a write that has not started yet (the thread's first, say) never
+        # brings the row back, whether or not this one finds it written.
+        self._removed = True
         if not self._lock.acquire(timeout=STOP_WAIT):
             logger.warning(
                 "Beat %s left its registry row: a write of it is under way",
@@ -142,7 +145,8 @@ class Registry:
             )
             return
         try:
-            self._removed = True
+            if self.started_at is None:  # never written
+                return
             with self.database.begin() as conn:
                 beats.forget(conn, self.database.models, self.name)
         except (DBAPIError, DatabaseUnavailable) as exc:

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from ..exceptions import DatabaseUnavailable
 from ..fencing.leases import Lease
 from ..protocol import ERROR_LENGTH, FireHeaders, RunState
+from ..settings import settings_for
 from ..store import Database, database_for
 from ..store import fires as ledger
 from ..store import runs as run_rows
@@ -167,9 +168,11 @@ class Recorder:
                 "started_at": now,
                 "worker": request.hostname,
                 "run_key": key,
-                "args": bounded_arguments(args),
-                "kwargs": bounded_arguments(kwargs),
             }
+            if settings_for(self.app).run_arguments:
+                params.update(args=bounded_arguments(args), kwargs=bounded_arguments(kwargs))
+            else:
+                params.update(args=None, kwargs=None)
             counted = not first_delivery(request)
             overlap = overlap_to_take(task, database)
 

@@ -367,6 +367,15 @@ def delete_schedules(conn: Connection, models: Models, names: Iterable[str]) -> 
     return int(conn.execute(delete(table).where(table.c.name.in_(wanted))).rowcount)
 
 
+def has_due_resumes(conn: Connection, models: Models, now: datetime) -> bool:
+    """Whether a paused schedule's ``paused_until`` has passed (one indexed read)."""
+    table = table_of(models.Schedule)
+    stmt = (
+        select(table.c.id).where(table.c.paused_until <= now, table.c.enabled.is_(False)).limit(1)
+    )
+    return conn.execute(stmt).first() is not None
+
+
 def lock_due_resumes(
     conn: Connection, models: Models, now: datetime, limit: int
 ) -> list[StoredSchedule]:

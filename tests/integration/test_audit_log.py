@@ -238,8 +238,8 @@ def test_resume_due_resumes_only_the_schedules_whose_time_passed(
     assert beat.resume_due() == ["due"]
     resumed = store.get("due")
     assert (resumed.enabled, resumed.paused_note, resumed.paused_until) == (True, None, None)
-    # Resumed as resume does: from now, its next fire the first after now.
-    assert resumed.next_fire_at == clock.now + timedelta(seconds=60)
+    # Its fire at the pause's end is the next: Beat sends it (by the catch-up policy).
+    assert resumed.next_fire_at == until
     entry = store.audit("due")[0]
     assert (entry.action, entry.actor, entry.source) == ("resume", "beat", "beat")
     assert entry.note == f"paused until {until.isoformat()} passed"
@@ -315,3 +315,65 @@ def test_resume_due_leaves_a_schedule_still_in_error_paused_and_says_why(
     assert "not resumed" in entry.note
     assert "t.gone" in entry.note
     assert store.acting_as("beat", "beat").resume_due() == []  # not tried again
+
+
+def test_a_pause_that_ended_while_beat_was_down_leaves_its_fires_to_the_catch_up_policy(
+    app: Celery, clock: FrozenClock
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("daily", "t.noop", cron("0 6 * * *", "Europe/London"))
+    fired = store.get("daily").next_fire_at
+    assert fired is not None
+    store.pause("daily", until=fired, note="until the morning run")
+    # Beat was down from an hour before the pause ended to an hour after it.
+    clock.advance((fired - clock.now).total_seconds() + 3600)
+    assert store.acting_as("beat", "beat").resume_due() == ["daily"]
+    # The 06:00 fire is not dropped: it is due, for the tick's catch-up policy to decide.
+    assert store.get("daily").next_fire_at == fired
+
+
+def test_pausing_a_paused_schedule_with_a_note_keeps_its_time_to_resume(
+    store: ScheduleStore, clock: FrozenClock
+) -> None:
+    store.add("job", "t.noop", every(60))
+    until = clock.now + timedelta(hours=2)
+    store.pause("job", note="freeze", until=until)
+    store.pause("job", note="still frozen")  # a bulk pause with a note, say
+    kept = store.get("job")
+    assert (kept.paused_note, kept.paused_until) == ("still frozen", until)
+    store.pause("job", until=until + timedelta(hours=1))
+    again = store.get("job")
+    assert (again.paused_note, again.paused_until) == ("still frozen", until + timedelta(hours=1))
+
+
+@pytest.mark.parametrize("method", ["pause", "resume", "remove", "trigger", "update"])
+def test_a_note_longer_than_the_limit_is_refused_naming_note_and_writes_nothing(
+    store: ScheduleStore, method: str
+) -> None:
+    from celery_gaffer.schedule_store import NOTE_LENGTH
+
+    store.add("job", "t.noop", every(60))
+    before = store.audit("job")
+    with pytest.raises(InvalidInput, match=r"^note: ") as refused:
+        getattr(store, method)("job", note="x" * (NOTE_LENGTH + 1))
+    assert refused.value.field == "note"
+    assert store.audit("job") == before
+    assert store.get("job").enabled
+
+
+def test_looking_for_ended_pauses_takes_no_write_lock_when_none_has_ended(
+    app: Celery, clock: FrozenClock, database_url: str
+) -> None:
+    store = ScheduleStore(app, clock=clock)
+    store.add("job", "t.noop", every(60))
+    store.pause("job", until=clock.now + timedelta(hours=1))
+    beat = store.acting_as("beat", "beat")
+    result: list[list[str]] = []
+    with store.database.begin() as conn:
+        # Another writer holds the database (SQLite: its one write lock; PostgreSQL: the row).
+        rows.update_schedule(conn, store.database.models, "job", {"paused_note": "held"})
+        other = threading.Thread(target=lambda: result.append(beat.resume_due()))
+        other.start()
+        other.join(timeout=5)
+        assert not other.is_alive(), "resume_due waited for the writer with nothing due"
+    assert result == [[]]

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from celery_gaffer import GafferTask
 from celery_gaffer.runs import endings
 from celery_gaffer.runs.details import ARGUMENTS_LIMIT, TRACEBACK_LIMIT
+from celery_gaffer.settings import forget_settings
 from celery_gaffer.store import database_for
 
 from .marks import marks_app
@@ -130,3 +131,29 @@ def test_a_retried_runs_record_keeps_the_traceback_of_the_error_it_retries(app: 
     assert row["args"] == [3]
     assert row["error_type"] == "TimeoutError"
     assert "TimeoutError: upstream 3 timed out" in row["traceback"]
+
+
+def test_with_gaffer_run_arguments_false_a_record_keeps_no_arguments(database_url: str) -> None:
+    app = marks_app(database_url, "run-details-no-arguments")
+    app.conf.gaffer_run_arguments = False
+    forget_settings(app)  # read again, with the key
+    try:
+
+        @app.task(base=GafferTask, shared=False, name="t.secret")
+        def reset_password(email: str, *, token: str) -> None:
+            raise ValueError("mail server down")
+
+        row = record(app, deliver(app, reset_password, ("a@example.com",), {"token": "s3cret"}))
+        assert row["state"] == "failed"
+        assert (row["args"], row["kwargs"]) == (None, None)
+        assert row["traceback"] is not None  # the failure is still kept
+    finally:
+        app.close()
+
+
+def test_gaffer_run_arguments_must_be_true_or_false() -> None:
+    from celery_gaffer.exceptions import ConfigurationError
+    from celery_gaffer.settings import GafferSettings
+
+    with pytest.raises(ConfigurationError, match=r"^gaffer_run_arguments: expected True or False"):
+        GafferSettings.from_conf({"gaffer_run_arguments": "no"})

@@ -111,3 +111,16 @@ def test_a_beat_with_its_side_threads_registers_at_start_and_leaves_on_close(
     finally:
         scheduler.close()
     assert registered(app) == []
+
+
+def test_a_write_after_a_removal_that_came_before_any_write_adds_no_row(
+    app: Celery, clock: FrozenClock
+) -> None:
+    from celery_gaffer.beat.registry import Registry
+
+    # Beat closed before its side thread's first write ran: that write must not
+    # register a Beat that is gone (it would show as a silent Beat for a day).
+    registry = Registry(database_for(app), clock)
+    registry.remove()
+    registry.write()
+    assert registered(app) == []
