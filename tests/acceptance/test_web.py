@@ -1,8 +1,9 @@
 """`celery -A proj gaffer web` as a user runs it: a real uvicorn process on PostgreSQL,
 looked at over HTTP and in Debian's chromium driven by Playwright.
 
-Screenshots go to ``GAFFER_SCREENSHOT_DIR`` (default: the test's folder); the ones in
-docs/how-to/img/web-*.png come from this test.
+Screenshots go to ``GAFFER_SCREENSHOT_DIR`` (default: the test's folder); docs/how-to/img's
+web-schedules, web-detail, web-runs, web-run, web-alerts and web-overview-dark.png come
+from this test (the others from test_web_overview.py and test_web_governance.py).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 from celery import Celery
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from celery_gaffer import ScheduleStore, cron, every
 from celery_gaffer.store import database_for
+from celery_gaffer.store.beats import heartbeat
 from celery_gaffer.store.runs import insert_runs
 from celery_gaffer.store.schedules import update_schedule_facts
 
@@ -66,6 +68,17 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+#: The traceback the seeded failed runs of invoices-sync recorded (the run page shows it).
+SETTLE_TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/.venv/lib/python3.12/site-packages/celery/app/trace.py", line 453, in trace_task
+    R = retval = fun(*args, **kwargs)
+  File "/srv/app/wproj/tasks.py", line 41, in settle
+    statement = bank.fetch_statement(invoice_id)
+  File "/srv/app/wproj/bank.py", line 88, in fetch_statement
+    response = self.session.get(self.url + f"/statements/{invoice_id}", timeout=30)
+  File "/srv/app/wproj/bank.py", line 23, in get
+    raise ConnectionError("bank API timed out")
+ConnectionError: bank API timed out"""
 STARTED = re.compile(r"Gaffer console on (http://\S+/) \((read-only|actions need the token)\)")
 
 
@@ -147,11 +160,15 @@ def seed(store: ScheduleStore) -> None:
                 "state": "failed" if failed else "succeeded",
                 "started_at": nominal,
                 "finished_at": nominal + timedelta(seconds=3),
+                "updated_at": nominal + timedelta(seconds=3),  # when the run ended
                 "duration": 3.0,
                 "items": None if failed else 250,
                 "fence": 40 + number,  # of the schedule's overlap lease
                 "error_type": "ConnectionError" if failed else None,
                 "error_message": "bank API timed out" if failed else None,
+                "args": [],
+                "kwargs": {"invoice_id": 11},
+                "traceback": SETTLE_TRACEBACK if failed else None,
             }
         )
     with database.begin() as conn:
@@ -445,6 +462,19 @@ def test_in_a_browser_log_in_pause_and_see_it_paused(
     assert "250" in runs  # the items the succeeded run handled
     assert "built-in method" not in runs
     page.screenshot(path=str(shots / "web-runs.png"), full_page=True)
+    # The newest failed run's page, with its arguments and traceback.
+    database = database_for(project.app)
+    runs_table = database.models.JobRun
+    with database.read() as conn:
+        failed_id = conn.execute(
+            select(runs_table.id).where(runs_table.task_id == "task-3")
+        ).scalar_one()
+    page.click(f'a[href="/runs/{failed_id}"]')
+    page.wait_for_load_state()
+    assert page.locator("#run-state").inner_text().strip() == "failed"
+    assert page.locator("#run-traceback").inner_text().strip() == SETTLE_TRACEBACK
+    assert '"invoice_id": 11' in page.locator("#run-kwargs").inner_text()
+    page.screenshot(path=str(shots / "web-run.png"), full_page=True)
     page.goto(console.url + "alerts")
     alerts = page.locator("body").inner_text()
     assert "invoices-sync" in alerts
@@ -452,8 +482,30 @@ def test_in_a_browser_log_in_pause_and_see_it_paused(
     assert "nightly-report" not in alerts
     page.screenshot(path=str(shots / "web-alerts.png"), full_page=True)
 
+    # The overview in dark mode (prefers-color-scheme: dark), with a Beat that just ticked.
+    now = datetime.now(UTC)
+    with database.begin() as conn:
+        heartbeat(
+            conn,
+            database.models,
+            name="beat-host:4242",
+            host="beat-host",
+            pid=4242,
+            started_at=now - timedelta(hours=3),
+            now=now,
+        )
+    dark = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
+    overview = dark.new_page()
+    overview.goto(console.url)
+    assert overview.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
+    background = overview.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background != "rgb(255, 255, 255)", background
+    assert overview.locator('tr[data-beat="beat-host:4242"]').is_visible()
+    overview.screenshot(path=str(shots / "web-overview-dark.png"), full_page=True)
+    dark.close()
+
     assert dialogs == []
     assert errors == []
-    for name in ("schedules", "detail", "runs", "alerts"):
+    for name in ("schedules", "detail", "runs", "run", "alerts", "overview-dark"):
         assert (shots / f"web-{name}.png").read_bytes()[:4] == b"\x89PNG"
     context.close()

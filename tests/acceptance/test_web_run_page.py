@@ -102,7 +102,7 @@ def test_in_a_browser_a_failed_runs_page_shows_its_traceback_without_overflow(
         overflow = page.evaluate("document.documentElement.scrollWidth <= innerWidth")
         assert overflow, f"the run page runs past the right edge at {width} px"
         suffix = "" if width == 1280 else "-phone"
-        page.screenshot(path=str(shots / f"web-run{suffix}.png"), full_page=True)
+        page.screenshot(path=str(shots / f"web-run-long{suffix}.png"), full_page=True)
         assert errors == []
         context.close()
 
