@@ -107,6 +107,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
             csrf=guard.csrf_token(request),
             flash=flash,
             rendered_at=console.clock(),
+            live_url=live_url(request),
             **context,
         )
     )
@@ -114,6 +115,15 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     if flash:
         response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
     return response
+
+
+def live_url(request: Request) -> str | None:
+    """Where a live page polls: the path and query a GET asked for. None for a page
+    that answers a POST (a refused edit at ``/schedules/N/edit``): it does not poll."""
+    if request.method != "GET":
+        return None
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def message(request: Request, status: int, title: str, text: str, back: str = "") -> HTMLResponse:
