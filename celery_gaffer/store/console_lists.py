@@ -181,7 +181,7 @@ def schedule_rows(
     unindexed = ScheduleFilter(state=where.state, search=where.search, task=where.task)
     kept = _conditions(window, unindexed, now)
     if where.zone:
-        kept.append(window.c[_ZONE] == where.zone)
+        kept.append(_zone_is(window.c[_ZONE], where.zone))
     matched = select(window.c.id).where(*kept).order_by(*_order(window, by_fire, descending))
     stmt = shown.where(table.c.id.in_(matched.limit(limit + 1))).order_by(*order)
     rows: list[Mapping[Any, Any]] = list(conn.execute(stmt).mappings())
@@ -343,6 +343,24 @@ def _run_past(runs: FromClause, keys: list[Any], run_id: int, *, newer: bool) ->
 
 def _zone_expr(table: FromClause) -> ColumnElement[Any]:
     return func.coalesce(table.c.schedule["tz"].as_string(), "UTC")
+
+
+def _zone_is(zone: ColumnElement[Any], wanted: str) -> ColumnElement[bool]:
+    """The zone filter: the row's zone (:func:`_zone_expr`, no zone being "UTC") is
+    ``wanted`` exactly ("UTC" does not match "Etc/UTC")."""
+    return zone == wanted
+
+
+def filter_conditions(
+    table: FromClause, where: ScheduleFilter, now: datetime
+) -> list[ColumnElement[bool]]:
+    """Everything ``where`` keeps, its zone included, as conditions on ``table``'s
+    columns: the rows the list shows (the list applies the same conditions in a bounded
+    window), and those a bulk action over the filter selects."""
+    kept = _conditions(table, where, now)
+    if where.zone:
+        kept.append(_zone_is(_zone_expr(table), where.zone))
+    return kept
 
 
 def _filtered(

@@ -21,7 +21,7 @@ from ..protocol import RunState, loads_json
 from ..schedules.explain import Explanation
 from . import actions
 from .console import PAGE_SIZE
-from .lists import COUNT_CAP, Listing, read_filter, read_sort
+from .lists import COUNT_CAP, Listing, read_filter, read_sort, read_whole
 from .pages import console_of, shown_runs
 from .present import fire_json, iso, run_json, schedule_json
 from .security import READ_ONLY
@@ -41,7 +41,7 @@ def schedules(request: Request) -> Response:
     ``more than N``; absent for a zone filter)."""
     params = request.query_params
     where, sort = read_filter(params), read_sort(params)
-    limit = _limit(params.get("limit"))
+    limit = read_whole(params, "limit", most=MAX_LIMIT) or PAGE_SIZE
     after, before = params.get("after") or None, params.get("before") or None
     page = console_of(request).page(where=where, sort=sort, after=after, before=before, limit=limit)
     body = [schedule_json(v.stored, v.state, v.reason, v.last_run) for v in page.schedules]
@@ -58,14 +58,6 @@ def schedules(request: Request) -> Response:
             str(span.total) if span.total is not None else f"more than {COUNT_CAP}"
         )
     return JSONResponse(body, headers=headers)
-
-
-def _limit(text: str | None) -> int:
-    if text is None:
-        return PAGE_SIZE
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise InvalidInput(f"limit: expected a whole number from 1 to {MAX_LIMIT}", field="limit")
-    return int(text)
 
 
 def schedule(request: Request) -> Response:

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from ..exceptions import InvalidInput
 from ..readable import parse_instant
 from ..store import audit
+from .lists import read_whole
 from .pages import console_of, render
 
 #: Entries on one page, and at most in one API answer.
@@ -63,18 +64,9 @@ def read_query(request: Request, default_limit: int) -> AuditQuery:
         actor=params.get("actor") or None,
         source=source,
         since=since,
-        before=_whole("before", params.get("before"), None),
-        limit=_whole("limit", params.get("limit"), None, MAX_LIMIT) or default_limit,
+        before=read_whole(params, "before", what="an audit entry id"),
+        limit=read_whole(params, "limit", most=MAX_LIMIT) or default_limit,
     )
-
-
-def _whole(name: str, text: str | None, default: int | None, most: int | None = None) -> int | None:
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1 or (most is not None and int(text) > most):
-        bound = f" from 1 to {most}" if most is not None else ""
-        raise InvalidInput(f"{name}: expected a whole number{bound}", field=name)
-    return int(text)
 
 
 def read_entries(request: Request, query: AuditQuery) -> list[audit.AuditEntry]:

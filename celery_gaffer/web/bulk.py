@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
@@ -36,6 +36,7 @@ from ..store.selection import Selection, selected_rows
 from . import actions
 from .api import error
 from .console import Console
+from .lists import read_whole
 from .pages import FLASH_COOKIE, _refusal, console_of, message, render
 from .present import iso
 from .security import READ_ONLY
@@ -224,6 +225,13 @@ def _apply_one(store: ScheduleStore, action: str, name: str, note: str | None) -
     return line
 
 
+def _preview_url(bulk: Bulk) -> str:
+    """The /bulk preview of a filter's ``bulk`` (its page, again)."""
+    assert bulk.selection is not None
+    query = {"action": bulk.action, "all": "1", **bulk.selection.as_query()}
+    return "/bulk?" + urlencode(query)
+
+
 def _line(
     name: str, verb: str, action: str, text: str, fires: Sequence[Any], **more: Any
 ) -> dict[str, Any]:
@@ -314,6 +322,8 @@ def page(request: Request) -> Response:
             for key, value in request.query_params.items()
             if key in FILTER_FIELDS and value
         ]
+        # Apply is refused if the filter matches another number by then.
+        hidden.append(("expected", str(len(chosen.names))))
     else:
         hidden += [("name", name) for name in chosen.names]
     return render(
@@ -338,10 +348,20 @@ async def apply_form(request: Request) -> Response:
     if refused is not None:
         return refused
     form = await request.form()
-    return await run_in_threadpool(_apply_form, request, read_form(form))
+    bulk = read_form(form)
+    expected = None
+    if bulk.selection is not None:
+        given = form.get("expected")
+        text = given if isinstance(given, str) else ""
+        expected = read_whole({"expected": text}, "expected", most=FILTER_CAP)
+        if expected is None:
+            raise InvalidInput("expected: the previewed count is missing", field="expected")
+    return await run_in_threadpool(_apply_form, request, bulk, expected)
 
 
-def _apply_form(request: Request, bulk: Bulk) -> Response:
+def _apply_form(request: Request, bulk: Bulk, expected: int | None) -> Response:
+    """Apply ``bulk``; a filter's only if it still matches the ``expected`` schedules
+    its preview counted (else nothing is done: preview again)."""
     console = console_of(request)
     chosen = choose(console, bulk)
     if chosen.more:
@@ -350,6 +370,16 @@ def _apply_form(request: Request, bulk: Bulk) -> Response:
             400,
             "Refused",
             f"The filter matches more than {FILTER_CAP:,} schedules: narrow it.",
+        )
+    if expected is not None and len(chosen.names) != expected:
+        count = len(chosen.names)
+        return message(
+            request,
+            400,
+            "Refused",
+            f"The filter now matches {count} schedule{'s' if count != 1 else ''}, not"
+            f" {expected}: preview again.",
+            _preview_url(bulk),
         )
     store = actions.store_for(console.store, console.guard.caller(request), "console")
     results = apply(store, bulk.action, chosen.names, bulk.note)

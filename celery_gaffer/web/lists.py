@@ -21,6 +21,8 @@ __all__ = ["COUNT_CAP", "SCHEDULE_SOURCES", "SORTS", "Listing", "Span", "read_fi
 
 #: Where schedules come from: the database (ScheduleStore, CLI, console) or Beat's config.
 SCHEDULE_SOURCES = ("db", "config")
+#: The largest row id (ids are signed 64-bit integers).
+LARGEST_ID = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +116,28 @@ def read_run_state(params: Mapping[str, str]) -> str | None:
 
 
 def read_run_cursor(params: Mapping[str, str], field: str) -> int | None:
+    return read_whole(params, field, what="a run id")
+
+
+def ascii_whole(text: str) -> int | None:
+    """``text`` as a whole number when it is ASCII digits only (not '²' or '١٢', which
+    ``str.isdigit`` accepts and ``int`` refuses or reads), else None."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 40):
+        return None
+    return int(text)
+
+
+def read_whole(
+    params: Mapping[str, str], field: str, *, most: int = LARGEST_ID, what: str = ""
+) -> int | None:
+    """The query's ``field`` as a whole number from 1 to ``most`` (a row id at most
+    :data:`LARGEST_ID`, the largest signed 64-bit integer); None when it is absent or empty.
+    InvalidInput naming the field for anything else."""
     text = params.get(field) or None
     if text is None:
         return None
-    if not text.isdigit():
-        raise InvalidInput(f"{field}: expected a run id", field=field)
-    return int(text)
+    number = ascii_whole(text)
+    if number is None or not 1 <= number <= most:
+        expected = what or "a whole number"
+        raise InvalidInput(f"{field}: expected {expected} from 1 to {most}", field=field)
+    return number

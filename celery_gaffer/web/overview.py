@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -42,9 +41,9 @@ from .activity import CHART_COLOURS, CHART_HEIGHT, CHART_WIDTH, MinuteCounts, Se
 from .console import BEAT_SILENCE, Console
 from .pages import console_of, render
 from .present import iso
+from .refreshed import Refreshed
 
 logger = logging.getLogger("celery_gaffer.web")
-T = TypeVar("T")
 
 #: Seconds without a tick from any Beat after which the console says no Beat is running.
 BEAT_QUIET = BEAT_SILENCE.total_seconds()
@@ -109,67 +108,6 @@ class Overview:
             "counted_at": iso(self.counted_at),
             "series": {"hour": self.hour.as_json(), "day": self.day.as_json()},
         }
-
-
-class Refreshed(Generic[T]):
-    """A value read by ``load`` and kept ``ttl`` seconds. Once it is older, the next
-    :meth:`get` starts reading it again on a thread of its own and answers the kept
-    value meanwhile: only the first read is waited for. ``background=False`` reads it
-    again within :meth:`get` instead."""
-
-    def __init__(
-        self, load: Callable[[Console, datetime], T], ttl: float, *, background: bool = True
-    ) -> None:
-        self._load = load
-        self._ttl = timedelta(seconds=ttl)
-        self._background = background
-        self._lock = threading.Lock()
-        self._kept: tuple[datetime, T] | None = None
-        self._reading: threading.Thread | None = None
-
-    def get(self, console: Console, now: datetime) -> tuple[T, datetime]:
-        """The value and the console time it was read at."""
-        with self._lock:
-            kept = self._kept
-            if kept is not None:
-                if now - kept[0] < self._ttl or self._reading is not None:
-                    return kept[1], kept[0]
-                if self._background:
-                    self._reading = threading.Thread(
-                        target=self._read_again, args=(console, now), daemon=True
-                    )
-                    self._reading.start()
-                    return kept[1], kept[0]
-        value = self._load(console, now)
-        with self._lock:
-            self._kept = (now, value)
-        return value, now
-
-    @property
-    def ready(self) -> bool:
-        """Whether a value has been read (the next :meth:`get` answers at once)."""
-        with self._lock:
-            return self._kept is not None
-
-    def wait(self) -> None:
-        """Until a reading started by :meth:`get` is done."""
-        reading = self._reading
-        if reading is not None:
-            reading.join()
-
-    def _read_again(self, console: Console, now: datetime) -> None:
-        try:
-            value = self._load(console, now)
-        except Exception:
-            logger.exception(
-                "overview: reading again failed", extra={"action": "web_overview_read"}
-            )
-            with self._lock:
-                self._reading = None
-            return
-        with self._lock:
-            self._kept = (now, value)
-            self._reading = None
 
 
 def _zones(console: Console, now: datetime) -> list[str]:

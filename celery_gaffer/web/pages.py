@@ -101,11 +101,13 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         .get_template(template)
         .render(
             read_only=guard.read_only,
+            has_tokens=bool(guard.tokens),
             logged_in=guard.logged_in(request),
             can_act=guard.may_act(request),
             csrf=guard.csrf_token(request),
             flash=flash,
             rendered_at=console.clock(),
+            live_url=live_url(request),
             **context,
         )
     )
@@ -113,6 +115,15 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     if flash:
         response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
     return response
+
+
+def live_url(request: Request) -> str | None:
+    """Where a live page polls: the path and query a GET asked for. None for a page
+    that answers a POST (a refused edit at ``/schedules/N/edit``): it does not poll."""
+    if request.method != "GET":
+        return None
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def message(request: Request, status: int, title: str, text: str, back: str = "") -> HTMLResponse:
@@ -246,7 +257,9 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    refused = await _refusal(request)
+    """Any valid session logs out (with its CSRF field), one of a token that may only
+    read included."""
+    refused = await _session_refusal(request)
     if refused is not None:
         return refused
     response = RedirectResponse("/schedules", status_code=303)
@@ -363,9 +376,14 @@ def _zone_after(console: Console, name: str, action: str, given: dict[str, str])
 
 async def _refusal(request: Request) -> Response | None:
     """Why a form post may not act (read-only, not logged in, bad CSRF), or None."""
-    guard = console_of(request).guard
-    if guard.read_only:
+    if console_of(request).guard.read_only:
         return message(request, 403, "Read-only", READ_ONLY)
+    return await _session_refusal(request)
+
+
+async def _session_refusal(request: Request) -> Response | None:
+    """Why a form post has no valid session or CSRF field, or None."""
+    guard = console_of(request).guard
     if not guard.logged_in(request):
         return message(request, 401, "Log in first", "Log in to act on schedules.", "/login")
     form = await request.form()

@@ -18,11 +18,9 @@ from ..schedules.kinds import schedule_from_dict
 from ..store import runs as run_rows
 from ..store.schedule_rows import decode_json
 from .api import error
+from .lists import LARGEST_ID, ascii_whole
 from .pages import console_of, message, render
 from .present import run_detail_json, run_reason, zone_of
-
-#: The largest run id (the column is a signed 64-bit integer).
-LARGEST_ID = 2**63 - 1
 
 
 def api_run(request: Request) -> Response:
@@ -60,9 +58,7 @@ def page(request: Request) -> Response:
 
 
 def _run_id(text: str) -> int | None:
-    if not (text.isascii() and text.isdigit() and len(text) <= 40):
-        return None
-    return int(text)
+    return ascii_whole(text)
 
 
 def _row(request: Request, run_id: int) -> dict[str, Any] | None:

@@ -51,7 +51,7 @@ SECURITY_HEADERS = {
 }
 READ_ONLY = "this console is read-only: set gaffer_web_token (or GAFFER_WEB_TOKEN) to allow actions"
 #: Paths answered without a token whatever the gate says: logging in needs them.
-OPEN_PATHS = ("/login", "/logout", "/console.css")
+OPEN_PATHS = ("/login", "/logout", "/console.css", "/console.js")
 _READING = ("GET", "HEAD")
 
 

@@ -11,7 +11,9 @@
  * - Live: every [data-live][id] element is fetched again every few seconds and its
  *   content replaced, unless the reader is busy with it (focus, an open <details>, a
  *   selection, a changed form field inside), the tab is hidden or the Live switch is off.
- *   data-live="passive" elements follow along but do not make a page poll.
+ *   data-live="passive" elements follow along but do not make a page poll. The page
+ *   polled is <body data-live-url>, its GET's path and query; a page without one (the
+ *   answer to a POST) does not poll.
  */
 (function () {
   "use strict";
@@ -229,11 +231,14 @@
     var control = document.getElementById("live");
     var toggle = document.getElementById("live-switch");
     var status = document.getElementById("live-status");
+    // The page's own URL as the server gave it (a GET's); none on a page answering a
+    // POST (a refused edit), which does not poll.
+    var liveUrl = document.body.getAttribute("data-live-url");
     var sections = liveElements();
     var active = sections.filter(function (element) {
       return element.getAttribute("data-live") !== "passive";
     });
-    if (!active.length || !control || !toggle) return;
+    if (!liveUrl || !active.length || !control || !toggle) return;
     var served = {};
     sections.forEach(function (element) {
       served[element.id] = element.innerHTML;
@@ -267,7 +272,7 @@
       }
       busy = true;
       window
-        .fetch(window.location.href, {
+        .fetch(liveUrl, {
           headers: { "X-Gaffer-Live": "1" },
           credentials: "same-origin",
           cache: "no-store",

@@ -217,7 +217,7 @@ def test_the_bulk_page_takes_a_filter_and_carries_it_to_apply(
     assert "<h1>Bulk pause: 2 schedules</h1>" in page.text
     hidden = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', page.text)
     form = [(key, value) for key, value in hidden if key != "csrf"]
-    assert form == [("action", "pause"), ("all", "1"), ("task", "t.bill")]
+    assert form == [("action", "pause"), ("all", "1"), ("task", "t.bill"), ("expected", "2")]
     assert client.post("/bulk", data=as_form([*form, ("csrf", csrf)])).status_code == 303
     assert [s.enabled for s in store.list()] == [False, False, True]
 
@@ -248,3 +248,43 @@ def test_a_filter_past_the_cap_is_previewed_in_part_and_refused_when_applied(
     assert refused.status_code == 400
     assert refused.json()["error"] == "filter: matches more than 10,000 schedules: narrow it"
     assert store.get("t00000").enabled is True
+
+
+def test_applying_a_filter_is_refused_when_it_now_matches_another_number(
+    client: Client, store: ScheduleStore
+) -> None:
+    three(store)
+    csrf = log_in(client)
+    page = client.get("/bulk?action=pause&all=1&task=t.bill")
+    hidden = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', page.text)
+    form = [(key, value) for key, value in hidden if key != "csrf"]
+    assert ("expected", "2") in form
+    store.add("d-billing", "t.bill", every(60))  # matched after the preview
+    refused = client.post("/bulk", data=as_form([*form, ("csrf", csrf)]))
+    assert refused.status_code == 400
+    assert "the filter now matches 3 schedules, not 2: preview again" in refused.text.lower()
+    assert all(s.enabled for s in store.list())  # nothing applied
+    without = [(key, value) for key, value in form if key != "expected"]
+    assert client.post("/bulk", data=as_form([*without, ("csrf", csrf)])).status_code == 400
+    assert all(s.enabled for s in store.list())
+    again = client.get("/bulk?action=pause&all=1&task=t.bill").text
+    hidden = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', again)
+    form = [(key, value) for key, value in hidden if key != "csrf"]
+    assert client.post("/bulk", data=as_form([*form, ("csrf", csrf)])).status_code == 303
+    assert [s.enabled for s in store.list()] == [False, False, True, False]
+
+
+def test_a_zone_filter_selects_for_bulk_exactly_what_the_list_shows(
+    client: Client, store: ScheduleStore
+) -> None:
+    store.add("a-utc", "t.noop", cron("0 2 * * *", "UTC"))
+    store.add("b-etc-utc", "t.noop", cron("0 2 * * *", "Etc/UTC"))
+    store.add("c-every", "t.noop", every(60))
+    for zone, names in (("UTC", ["a-utc", "c-every"]), ("Etc/UTC", ["b-etc-utc"])):
+        listed = client.get(f"/api/schedules?zone={zone}").json()
+        assert [row["name"] for row in listed] == names, zone
+        preview = bulk(client, action="pause", filter={"zone": zone}, dry_run=True)
+        assert [line["name"] for line in preview["results"]] == names, zone
+    bulk(client, action="pause", filter={"zone": "UTC"})
+    assert store.get("b-etc-utc").enabled is True
+    assert store.get("a-utc").enabled is False

@@ -279,3 +279,26 @@ def test_a_search_that_matches_few_looks_at_a_window_and_goes_on_after_it(
         )
         assert [row["name"] for row in back.rows] == ["n4", "n5"]
         assert back.more
+
+
+def test_id_cursors_and_limits_refuse_what_is_not_an_ascii_id_naming_the_field(
+    client: Client,
+) -> None:
+    # '²' and '١٢' pass str.isdigit; an id past 2**63-1 does not fit the column.
+    bad = ("²", "١٢", "0", str(2**63), "-1", "x")
+    for path, field in (
+        ("/runs?after=", "after"),
+        ("/runs?before=", "before"),
+        ("/audit?before=", "before"),
+        ("/audit?limit=", "limit"),
+        ("/api/audit?before=", "before"),
+        ("/api/audit?limit=", "limit"),
+        ("/api/schedules?limit=", "limit"),
+    ):
+        for text in bad:
+            response = client.get(path + text)
+            assert response.status_code == 400, (path, text)
+            assert f"{field}: expected" in response.text, (path, text)
+    largest = str(2**63 - 1)
+    assert client.get(f"/runs?after={largest}").status_code == 200
+    assert client.get(f"/audit?before={largest}").status_code == 200

@@ -187,3 +187,52 @@ def test_the_pause_form_takes_a_note_and_a_resume_time(
     assert done.status_code == 303
     assert store.get("job").enabled is False
     assert "until 2026-06-01T13:00:00Z" in client.get("/schedules/job").text  # the flash
+
+
+@pytest.fixture
+def viewers_only(celery_app: Celery, clock: FrozenClock) -> Iterator[Client]:
+    """A console whose only token may only read (no token that may act)."""
+    celery_app.conf.gaffer_web_read_tokens = {"viewer": VIEWER}
+    client = Client(create_app(celery_app, token="", clock=clock))
+    yield client
+    client.close()
+
+
+def test_a_console_of_read_tokens_only_logs_in_and_out(
+    viewers_only: Client, store: ScheduleStore
+) -> None:
+    store.add("job", "t.noop", every(60))
+    form = viewers_only.get("/login").text
+    assert 'id="read-tokens-note"' in form
+    assert "gaffer_web_read_tokens" in form
+    assert "set gaffer_web_token" not in form  # not "this console is read-only: set ..."
+    assert 'id="login"' in form
+    log_in_with(viewers_only, VIEWER)
+    page = viewers_only.get("/schedules/job").text
+    assert 'id="logout"' in page
+    assert 'id="read-only-badge"' in page  # beside the Log out button
+    csrf = csrf_of(page)
+    assert viewers_only.post("/logout", data={"csrf": "0" * 64}).status_code == 403
+    assert viewers_only.get("/schedules").status_code == 200  # still logged in
+    assert viewers_only.post("/logout", data={"csrf": csrf}).status_code == 303
+    assert viewers_only.get("/schedules").status_code == 303  # logged out: back to the login
+
+
+def test_the_login_pages_script_and_stylesheet_need_no_token(gated: Client) -> None:
+    for path in ("/console.js", "/console.css"):
+        response = gated.get(path)
+        assert response.status_code == 200, path
+        assert response.text
+
+
+def test_a_read_tokens_session_is_not_offered_bulk_apply(
+    gated: Client, store: ScheduleStore
+) -> None:
+    store.add("job", "t.noop", every(60))
+    log_in_with(gated, VIEWER)
+    page = gated.get("/bulk?action=pause&name=job")
+    assert page.status_code == 200
+    assert 'id="bulk-apply"' not in page.text
+    assert 'id="reader-note"' in page.text
+    log_in_with(gated, ALICE)
+    assert 'id="bulk-apply"' in gated.get("/bulk?action=pause&name=job").text

@@ -186,3 +186,20 @@ def test_removing_a_config_schedule_warns_that_beat_adds_it_again(
     csrf = log_in(client)
     asked = client.post("/schedules/from-config/remove", data={"csrf": csrf})
     assert "Beat adds it again at its next start" in text_of(asked.text, "summary")
+
+
+def test_a_get_page_polls_its_own_url_and_a_refused_edit_does_not_poll(
+    client: Client, store: ScheduleStore
+) -> None:
+    store.add("nightly", "t.noop", cron("30 1 * * *"))
+    csrf = log_in(client)
+    page = client.get("/schedules/nightly").text
+    assert '<body data-live-url="/schedules/nightly">' in page
+    listed = client.get("/schedules?state=ok&q=night").text
+    assert '<body data-live-url="/schedules?state=ok&amp;q=night">' in listed
+    # Served at the POST's URL, /schedules/nightly/edit, which a GET reads as a schedule
+    # named "nightly/edit": the page answering the POST has no live URL, so no polling.
+    refused = client.post("/schedules/nightly/edit", data={"csrf": csrf, "grace": "soon"})
+    assert refused.status_code == 400
+    assert "data-live-url" not in refused.text
+    assert "<body>" in refused.text
