@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from ..beat.health import evaluate_safely
 from ..exceptions import GafferError, InvalidInput, ScheduleNotFound
 from ..protocol import Health, loads_json
+from ..schedule_reads import checked_note
 from ..schedule_store import ScheduleStore
 from ..store.console import STATES
 from ..store.selection import Selection, selected_rows
@@ -81,9 +82,7 @@ def read_json(body: Mapping[str, Any]) -> tuple[Bulk, bool]:
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise InvalidInput("dry_run: expected true or false", field="dry_run")
-    note = body.get("note")
-    if note is not None and not isinstance(note, str):
-        raise InvalidInput("note: expected text", field="note")
+    note = checked_note(body.get("note"))
     names, given = body.get("names"), body.get("filter")
     if (names is None) == (given is None):
         raise InvalidInput('names: give either "names" or "filter"', field="names")
@@ -300,7 +299,7 @@ def read_form(values: Any) -> Bulk:
     """A bulk action from the list's form (``action``, ``name`` repeated or ``all=1``
     with the filter's fields, ``note``): a query string or a posted form."""
     action = read_action(values.get("action"))
-    note = values.get("note") or None
+    note = checked_note(values.get("note") or None)
     if values.get("all") == "1":
         given = {key: values.get(key) or "" for key in FILTER_FIELDS}
         return Bulk(action, None, read_selection(given), note)
