@@ -39,6 +39,7 @@ VALID = {
     "gaffer_ledger_retention": 86400,
     "gaffer_key_retention": 86400,
     "gaffer_partition_interval": 86400,
+    "gaffer_run_arguments": False,
     "gaffer_alert_webhook_secret_url": "https://hooks.example/T0/B0/x",
 }
 
