@@ -227,8 +227,15 @@ class Console:
         raise RuntimeError(f"the console did not start:\n{self.log.read_text()[-3000:]}")
 
     def get(self, path: str) -> bytes:
-        self.connection.request("GET", path)
-        response = self.connection.getresponse()
+        try:
+            self.connection.request("GET", path)
+            response = self.connection.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            # The server closed the idle keep-alive connection (uvicorn: after 5 s).
+            self.connection.close()
+            self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            self.connection.request("GET", path)
+            response = self.connection.getresponse()
         body = response.read()
         if response.status != 200:
             raise RuntimeError(f"GET {path}: {response.status} {body[:300]!r}")
@@ -406,19 +413,27 @@ def main() -> int:
     parser.add_argument(
         "--every-requests", type=int, default=10, help="timed requests per page of the tour"
     )
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the loaded database (its name is printed)"
+    )
+    parser.add_argument(
+        "--reuse", metavar="DATABASE", help="measure a database --keep left (no loading)"
+    )
     args = parser.parse_args()
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    database = new_database_name("web")
-    create_database(database)
+    database = args.reuse or new_database_name("web")
+    if args.reuse is None:
+        create_database(database)
     try:
-        started = time.perf_counter()
-        runs = 2 * args.schedules if args.runs is None else args.runs
-        load(database, args.schedules, runs)
-        print(
-            f"{args.schedules:,} schedules and {runs:,} runs stored in "
-            f"{time.perf_counter() - started:.1f} s",
-            flush=True,
-        )
+        if args.reuse is None:
+            started = time.perf_counter()
+            runs = 2 * args.schedules if args.runs is None else args.runs
+            load(database, args.schedules, runs)
+            print(
+                f"{args.schedules:,} schedules and {runs:,} runs stored in "
+                f"{time.perf_counter() - started:.1f} s",
+                flush=True,
+            )
         with tempfile.TemporaryDirectory(prefix="gaffer-bench-web-") as folder:
             console = Console(database, Path(folder))
             try:
@@ -427,7 +442,10 @@ def main() -> int:
             finally:
                 console.stop()
     finally:
-        drop_database(database)
+        if args.keep or args.reuse:
+            print(f"database kept: --reuse {database}", flush=True)
+        else:
+            drop_database(database)
     print()
     print(
         f"median of {args.requests} requests (ms), {PAGE} schedules a page, "
