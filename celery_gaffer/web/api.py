@@ -25,6 +25,7 @@ from .lists import COUNT_CAP, Listing, read_filter, read_sort, read_whole
 from .pages import console_of, shown_runs
 from .present import fire_json, iso, run_json, schedule_json
 from .security import READ_ONLY
+from .tokens import Token
 
 #: Most schedules one API page returns.
 MAX_LIMIT = 500
@@ -126,7 +127,9 @@ async def edit(request: Request) -> Response:
     return await _write(request, "edit")
 
 
-async def _write(request: Request, action: str) -> Response:
+def writer(request: Request) -> Token | Response:
+    """The token an API write is made with, or the refusal to answer: 403 on a
+    read-only console or for a token that may only read, 401 without a valid one."""
     guard = console_of(request).guard
     if guard.read_only:
         return error(403, READ_ONLY)
@@ -135,6 +138,13 @@ async def _write(request: Request, action: str) -> Response:
         return error(401, "this action needs the header Authorization: Bearer <token>")
     if caller.read_only:
         return error(403, f"the token {caller.name!r} may only read")
+    return caller
+
+
+async def _write(request: Request, action: str) -> Response:
+    caller = writer(request)
+    if isinstance(caller, Response):
+        return caller
     given = await _body(request)
     dry_run = given.pop("dry_run", False)
     if not isinstance(dry_run, bool):

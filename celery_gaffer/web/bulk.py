@@ -35,12 +35,11 @@ from ..schedule_store import ScheduleStore
 from ..store.console import STATES
 from ..store.selection import Selection, selected_rows
 from . import actions
-from .api import error
+from .api import writer
 from .console import Console
 from .lists import read_whole
 from .pages import FLASH_COOKIE, _refusal, console_of, message, render
 from .present import iso
-from .security import READ_ONLY
 
 logger = logging.getLogger("celery_gaffer.web")
 
@@ -259,14 +258,9 @@ def summary(action: str, results: Sequence[Mapping[str, Any]], *, done: bool) ->
 
 async def api(request: Request) -> Response:
     """``POST /api/schedules/bulk``: the Bearer token, as every API write."""
-    guard = console_of(request).guard
-    if guard.read_only:
-        return error(403, READ_ONLY)
-    caller = guard.bearer(request)
-    if caller is None:
-        return error(401, "this action needs the header Authorization: Bearer <token>")
-    if caller.read_only:
-        return error(403, f"the token {caller.name!r} may only read")
+    caller = writer(request)
+    if isinstance(caller, Response):
+        return caller
     body = loads_json(await request.body(), "body")
     if not isinstance(body, dict):
         raise InvalidInput("body: expected a JSON object", field="body")
