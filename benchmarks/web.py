@@ -347,6 +347,13 @@ def every_page(database: str, console: Console, count: int, requests: int) -> li
     middle = f"tenant-{count // 2:07d}"
     audited = f"tenant-{(count // 3) // 100 * 100:07d}"
     with psycopg.connect(pg_dsn(database), autocommit=True) as conn:
+        # Beat running: each row's stored health word current (as the load left it; a
+        # database kept after the stale case gets it back).
+        conn.execute(
+            "UPDATE gaffer_schedules SET check_at = next_fire_at"
+            " WHERE check_at IS DISTINCT FROM next_fire_at"
+        )
+        conn.execute("VACUUM ANALYZE gaffer_schedules")
         run = conn.execute(
             "SELECT id FROM gaffer_job_runs WHERE schedule = %s ORDER BY id DESC LIMIT 1",
             (middle,),
@@ -439,8 +446,10 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="gaffer-bench-web-") as folder:
             console = Console(database, Path(folder))
             try:
-                results = measure(database, console, args.schedules, args.requests)
                 pages = every_page(database, console, args.schedules, args.every_requests)
+                results = measure(database, console, args.schedules, args.requests)
+                # After the stale case: Beat stopped a day ago, no health word current.
+                stale_alerts = timed(lambda: console.get("/api/alerts"), args.every_requests)[0]
             finally:
                 console.stop()
     finally:
@@ -491,6 +500,12 @@ def main() -> int:
         )
     )
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"/api/alerts once Beat has been stopped a day (every health word stale): "
+        f"{median(stale_alerts):.1f} ms median (not a target: the console then evaluates "
+        "schedules with Beat's rules until it finds 100 alerting, and the overview's banner "
+        "says Beat is down)"
+    )
     slow = [p["path"] for p in pages if p["median"] > TARGET_MS]
     heavy = [p["path"] for p in pages if p["kb"] > PAGE_KB]
     if slow or heavy:
