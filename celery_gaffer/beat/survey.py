@@ -46,13 +46,14 @@ def survey(
     *,
     alerts_only: bool = False,
     every_column: bool = False,
+    batch: int = schedule_health.SURVEY_BATCH,
 ) -> Generator[tuple[Mapping[Any, Any], Health], None, None]:
     """Each schedule's row and its :class:`~.health.Health` at ``now``, by name.
 
     ``alerts_only``: only the late, failing and in-error ones (the database leaves out
     the rows that cannot be). ``every_column``: rows carry every column (for
-    :func:`~celery_gaffer.store.schedule_rows.stored`). A single statement, streamed:
-    stop iterating whenever enough was seen.
+    :func:`~celery_gaffer.store.schedule_rows.stored`). A single statement, streamed
+    ``batch`` rows at a time: stop iterating whenever enough was seen.
     """
     rows = schedule_health.survey_rows(
         conn,
@@ -61,6 +62,7 @@ def survey(
         settings.default_grace,
         alert_candidates=alerts_only,
         every_column=every_column,
+        batch=batch,
     )
     evaluations = Evaluations(conn, models, now, settings)
     try:

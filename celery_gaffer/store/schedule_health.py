@@ -118,6 +118,7 @@ def survey_rows(
     alert_candidates: bool = False,
     every_column: bool = False,
     as_tuples: bool = False,
+    batch: int = SURVEY_BATCH,
 ) -> Generator[Any, None, None]:
     """Every schedule's row by name, streamed, in one statement whatever their number:
     what ``gaffer status`` prints and the console's alerts page lists.
@@ -134,8 +135,9 @@ def survey_rows(
     lookup of the ledger's ``(schedule, nominal_at)`` key a row). ``alert_candidates``
     keeps only the rows that may be late, failing or in error: those in error, and the
     enabled ones stored ``late`` or ``failing`` or with a passed ``check_at``. Rows are
-    fetched :data:`SURVEY_BATCH` at a time; the caller owns the transaction and may stop
-    early.
+    fetched ``batch`` at a time (a caller that stops early asks for about what it
+    reads: each evaluated row costs a ledger lookup); the caller owns the transaction
+    and may stop early.
 
     Each row starts with its ``name`` and ``last_success_at`` (what only its status line
     reads: the rest of a row decides its health). ``as_tuples``: rows as tuples (the
@@ -190,7 +192,7 @@ def survey_rows(
                 ),
             )
         )
-    result = conn.execute(stmt.execution_options(yield_per=SURVEY_BATCH))
+    result = conn.execute(stmt.execution_options(yield_per=batch))
     try:
         yield from (result.tuples() if as_tuples else result.mappings())
     finally:

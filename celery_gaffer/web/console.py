@@ -42,7 +42,7 @@ NEXT_FIRES = 10
 #: A Beat refreshes its tick at least every 5 s; none for this long means none is running.
 BEAT_SILENCE = timedelta(seconds=60)
 #: Alerts listed at most (when Beat is down, every schedule may be late).
-ALERTS_SHOWN = 200
+ALERTS_SHOWN = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +314,8 @@ class Console:
                     self.database.settings,
                     alerts_only=True,
                     every_column=True,
+                    # About what the page reads: each row fetched costs a ledger lookup.
+                    batch=2 * limit + 1,
                 )
             ) as alerting,
         ):
