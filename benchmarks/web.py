@@ -503,7 +503,7 @@ def main() -> int:
     print(
         f"/api/alerts once Beat has been stopped a day (every health word stale): "
         f"{median(stale_alerts):.1f} ms median (not a target: the console then evaluates "
-        "schedules with Beat's rules until it finds 100 alerting, and the overview's banner "
+        "schedules with Beat's rules until it finds 50 alerting, and the overview's banner "
         "says Beat is down)"
     )
     slow = [p["path"] for p in pages if p["median"] > TARGET_MS]
