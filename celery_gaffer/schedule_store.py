@@ -185,8 +185,9 @@ class ScheduleStore(ScheduleReads):
         log). ``until`` (an aware datetime after now, else InvalidInput naming ``until``)
         is when Beat resumes it by itself, as ``resume`` does (``paused_until``): the
         fires from ``until`` on are sent, under the schedule's catch-up policy. Pausing a
-        paused schedule with a note or a time replaces that one and keeps the other;
-        with neither, it changes nothing. A note is at most 1,000
+        paused schedule with a note or a time replaces that one and keeps the other (a
+        time already passed is dropped: the pause then lasts until resumed); with
+        neither, it changes nothing. A note is at most 1,000
         characters.
         """
         now = self._clock()
@@ -199,9 +200,12 @@ class ScheduleStore(ScheduleReads):
             if values is None and note is None and until is None:
                 return current
             values = values or {"updated_at": now}
+            kept_until = current.paused_until
+            if kept_until is not None and kept_until <= now:
+                kept_until = None  # passed: the pause goes on until resumed
             values.update(
                 paused_note=current.paused_note if note is None else note,
-                paused_until=current.paused_until if until is None else until,
+                paused_until=kept_until if until is None else until,
             )
             rows.update_schedule(conn, self._models, name, values)
             return self._recorded(conn, "pause", current, now, note)

@@ -173,8 +173,9 @@ def pause(
 ) -> None:
     """Pause schedule NAME (its fires while paused are never sent).
 
-    --until resumes it by itself at that time, under its catch-up policy as resume does.
-    Pausing a paused schedule with --note or --until replaces its note and time.
+    --until resumes it by itself at that time: Beat then sends the fires from that time
+    on under its catch-up policy. Pausing a paused schedule with --note or --until
+    replaces that one and keeps the other.
     """
     until = None if until_text is None else later_option(until_text, "--until", utcnow())
     stored = store_of(ctx, check_tasks=False, actor=actor).pause(name, note=note, until=until)

@@ -191,8 +191,10 @@ def _apply(
 ) -> Outcome:
     if action == "pause":
         note, until = pause_options(given, now)
-        store.pause(name, note=note, until=until)
-        facts = {"paused": True, "paused_note": note, "paused_until": _iso(until)}
+        # What was kept: a pause without a note or a time keeps the one it had.
+        stored = store.pause(name, note=note, until=until)
+        until = stored.paused_until
+        facts = {"paused": True, "paused_note": stored.paused_note, "paused_until": _iso(until)}
         if until is None:
             return Outcome(f"paused {name}: it fires again after it is resumed", facts)
         return Outcome(f"paused {name} until {_iso(until)}: then it resumes by itself", facts)

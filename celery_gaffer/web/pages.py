@@ -122,8 +122,11 @@ def live_url(request: Request) -> str | None:
     that answers a POST (a refused edit at ``/schedules/N/edit``): it does not poll."""
     if request.method != "GET":
         return None
+    # As the browser asked for it: the path still percent-encoded (a name holding "%",
+    # "?" or "#" polls its own page).
+    path = quote(request.scope["path"], safe="/")
     query = request.url.query
-    return request.url.path + (f"?{query}" if query else "")
+    return path + (f"?{query}" if query else "")
 
 
 def message(request: Request, status: int, title: str, text: str, back: str = "") -> HTMLResponse:

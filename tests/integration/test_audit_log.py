@@ -377,3 +377,15 @@ def test_looking_for_ended_pauses_takes_no_write_lock_when_none_has_ended(
         other.join(timeout=5)
         assert not other.is_alive(), "resume_due waited for the writer with nothing due"
     assert result == [[]]
+
+
+def test_pausing_again_after_the_time_to_resume_passed_drops_that_time(
+    store: ScheduleStore, clock: FrozenClock
+) -> None:
+    store.add("job", "t.noop", every(60))
+    store.pause("job", until=clock.now + timedelta(minutes=5))
+    clock.advance(600)  # passed, and no Beat resumed it yet
+    store.pause("job", note="keep it paused")
+    kept = store.get("job")
+    assert (kept.enabled, kept.paused_note, kept.paused_until) == (False, "keep it paused", None)
+    assert store.acting_as("beat", "beat").resume_due() == []

@@ -42,3 +42,17 @@ def test_actions_are_recorded_under_the_tokens_name_and_source(
         ("alice", "console", "pause"),
     ]
     assert entries[2]["note"] == "billing freeze"
+
+
+def test_a_pause_answer_says_what_was_kept_from_the_pause_before(
+    celery_app: Celery, clock: FrozenClock, store: ScheduleStore
+) -> None:
+    client = Client(create_app(celery_app, token=TOKEN, clock=clock))
+    store.add("job", "t.noop", every(60))
+    until = "2026-06-02T09:00:00+00:00"
+    first = client.post("/api/schedules/job/pause", headers=bearer(TOKEN), json={"until": until})
+    assert first.json()["paused_until"] == "2026-06-02T09:00:00Z"
+    again = client.post("/api/schedules/job/pause", headers=bearer(TOKEN), json={"note": "x"})
+    body = again.json()
+    assert (body["paused_note"], body["paused_until"]) == ("x", "2026-06-02T09:00:00Z")
+    assert "resumes by itself" in body["message"]

@@ -197,6 +197,11 @@ def test_a_get_page_polls_its_own_url_and_a_refused_edit_does_not_poll(
     assert '<body data-live-url="/schedules/nightly">' in page
     listed = client.get("/schedules?state=ok&q=night").text
     assert '<body data-live-url="/schedules?state=ok&amp;q=night">' in listed
+    # A name holding "%" or "#" polls its own page: the URL stays percent-encoded.
+    store.add("100%x#1", "t.noop", cron("30 1 * * *"))
+    odd = client.get("/schedules/100%25x%231")
+    assert odd.status_code == 200
+    assert '<body data-live-url="/schedules/100%25x%231">' in odd.text
     # Served at the POST's URL, /schedules/nightly/edit, which a GET reads as a schedule
     # named "nightly/edit": the page answering the POST has no live URL, so no polling.
     refused = client.post("/schedules/nightly/edit", data={"csrf": csrf, "grace": "soon"})
