@@ -136,7 +136,14 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                         RunState.SKIPPED,
                         f"overlap={wanted.policy}: lease {wanted.name} is held by another live run",
                     )
-            result = super().__call__(*args, **kwargs)
+            if request.called_directly:
+                result = super().__call__(*args, **kwargs)
+            else:
+                # Traced by a worker, whose request is already pushed: the body runs as
+                # Celery's tracer runs a task's ``run``. (``Task.__call__`` would push a
+                # request of its own, which Celery 5.4 marks ``called_directly``, and
+                # then ``self.retry()`` raises the error instead of retrying.)
+                result = self.run(*args, **kwargs)
             if run.key is not None and run.key_state is None:
                 self._complete_key_after_the_body(run)
             return result
