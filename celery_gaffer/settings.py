@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from .django_database import django_alias, django_database_url
 from .exceptions import ConfigurationError, GafferConfigWarning
 from .runtime import runtime
 
@@ -204,8 +205,12 @@ def _in_case(key: str, namespace: str) -> str:
 def parse_database_url(value: Any, key: str = "gaffer_database_url") -> URL:
     """Parse a SQLAlchemy URL for SQLite or PostgreSQL (psycopg 3) or raise naming ``key``.
 
-    ``postgres://`` and ``postgresql://`` mean ``postgresql+psycopg://``.
+    ``postgres://`` and ``postgresql://`` mean ``postgresql+psycopg://``; ``django://<alias>``
+    means the database of ``DATABASES[alias]`` in the Django settings.
     """
+    alias = django_alias(value)
+    if alias is not None:
+        value = django_database_url(alias, key)
     if isinstance(value, URL):
         url = value
     elif isinstance(value, str) and value.strip():

@@ -2,15 +2,16 @@
 
 Layers, lowest first; a module may import its own layer and the layers below it:
 
-0. core: ``exceptions``, ``clock``, ``settings``, ``protocol``, ``signals``, ``runtime``,
-   ``outbound``, ``text``, ``readable``
+0. core: ``exceptions``, ``clock``, ``settings``, ``django_database``, ``protocol``,
+   ``signals``, ``runtime``, ``outbound``, ``text``, ``readable``
 1. ``schedules`` (pure: no I/O)
 2. ``store`` (the only package that builds SQL)
 3. ``fencing``, ``runs``, ``beat`` (``runs`` may use ``fencing``; nothing else crosses)
 4. adapters: ``task``, ``scheduler``, ``schedule_store``, ``schedule_sync``, ``cli``,
-   ``web``, ``importers``, ``wiring``, ``__init__``. The console (``web``) never imports
-   the command line (``cli``): what both need lives in a lower layer (``readable``,
-   ``schedules.display``). The command line may import the console, to serve it.
+   ``web``, ``importers``, ``contrib`` (the Django app), ``wiring``, ``__init__``. The
+   console (``web``) never imports the command line (``cli``): what both need lives in a
+   lower layer (``readable``, ``schedules.display``). The command line may import the
+   console, to serve it.
 
 Three rules: no import against the layering (nor across a barrier between adapters), no
 import cycle between modules, and no SQL built outside ``store`` (only driver-neutral
@@ -35,6 +36,7 @@ CORE = {
     "outbound",
     "text",
     "readable",
+    "django_database",
 }
 MIDDLE = {"fencing", "runs", "beat"}
 ADAPTERS = {
@@ -47,6 +49,7 @@ ADAPTERS = {
     "wiring",
     "web",
     "importers",
+    "contrib",
     "",
 }
 #: Allowed imports between middle-layer packages: (importer, imported).

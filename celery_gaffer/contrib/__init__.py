@@ -1,0 +1,1 @@
+"""Integrations with other frameworks: ``celery_gaffer.contrib.django``."""
