@@ -46,4 +46,9 @@ def _sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
     offset = compiler.process(element.offset, **kw)
     # The same text format SQLAlchemy stores (6 fractional digits), so that comparisons
     # with stored values, which are string comparisons in SQLite, order instants.
-    return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', printf('%+.3f seconds', {offset}))"
+    sql = "strftime('%Y-%m-%d %H:%M:%f000', 'now', printf('%+.3f seconds', OFFSET))"
+    if compiler.dialect.paramstyle in ("format", "pyformat"):
+        # Compiled for a driver that reads % as a placeholder (Django's cursors, through
+        # self.atomic()): a literal % is written %%.
+        sql = sql.replace("%", "%%")
+    return sql.replace("OFFSET", offset)

@@ -318,3 +318,35 @@ def test_run_batches_with_the_django_orm_handles_each_row_once_and_resumes(
         assert key_state(conn, database.models, "sweep") == "completed"
     assert sweep.apply().result is None  # the key is completed: a duplicate
     assert run_states(app, "t.sweep") == ["failed", "succeeded", "duplicate"]
+
+
+def test_under_debug_djangos_logging_cursors_take_the_statements_too(
+    app: Celery, alias: str
+) -> None:
+    """With DEBUG on, Django's cursors log each query by formatting it with ``%``: the
+    statements' literal percent signs (SQLite's strftime) are written ``%%``."""
+    from django.test import override_settings
+
+    from tests.djangoapp.models import Item
+
+    Item.objects.using(alias).bulk_create([Item(handled=0) for _ in range(3)])
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.debug", gaffer_key="debug")
+    def debug(self: GafferTask) -> int:
+        with self.atomic():
+            write(alias, "logged")
+        report = self.run_batches(
+            "debug-items",
+            lambda after, limit: list(Item.objects.using(alias).order_by("id")[:limit]),
+            lambda row: None,
+            key=lambda row: row.id,
+            batch_size=10,
+            orm="django",
+        )
+        return report.processed
+
+    with override_settings(DEBUG=True):
+        result = debug.apply()
+    assert result.successful(), result.result
+    assert result.result == 3
+    assert effects(alias) == ["logged"]
