@@ -39,6 +39,8 @@ from .exceptions import (
 )
 from .fencing.batches import BatchReport, run_batches
 from .fencing.context import RunContext, current_run, require_run
+from .fencing.django_atomic import gaffer_alias, sealed_atomic
+from .fencing.django_batches import run_django_batches
 from .fencing.leases import Lease
 from .fencing.overlap import Wanted
 from .fencing.sessions import (
@@ -249,6 +251,24 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
             run.sealed("complete" if claimed else None)
 
     @contextmanager
+    def atomic(self, using: str | None = None, *, savepoint: bool = True) -> Iterator[None]:
+        """A Django transaction (``transaction.atomic``) on the Gaffer database's alias,
+        sealed like ``session``: before the outermost block commits, on the same
+        connection and in the same transaction as the ORM's writes, the fence of every
+        lease the run holds is checked and the run's key completed. A stale fence rolls
+        the block back with ``FenceLost``; a key completed by another run with
+        ``AlreadyProcessed`` (the run then ends ``duplicate``).
+
+        ``using``: the alias (default: the one of ``gaffer_database_url =
+        "django://<alias>"``); it must be the Gaffer database. The block must be the
+        outermost atomic block on it; ``transaction.atomic()`` blocks nest inside it as
+        savepoints, and ``transaction.on_commit`` callbacks run after the sealed commit.
+        """
+        run = require_run()
+        with sealed_atomic(run, gaffer_alias(self.app, using), savepoint=savepoint):
+            yield
+
+    @contextmanager
     def lease(self, name: str, ttl: float | None = None) -> Iterator[Lease]:
         """Hold the fenced lease ``name`` (renewed in the background) for the block.
 
@@ -278,12 +298,13 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
     def run_batches(
         self,
         cursor: str,
-        fetch: Callable[[Session, Any, int], Sequence[Any]],
-        handle: Callable[[Session, Any], Any],
+        fetch: Callable[..., Sequence[Any]],
+        handle: Callable[..., Any],
         *,
         key: Callable[[Any], Any],
         batch_size: int = 500,
         deadline: float | None = None,
+        orm: str = "sqlalchemy",
     ) -> BatchReport:
         """Process rows in bounded, fenced, resumable batches.
 
@@ -292,10 +313,16 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         ``key(row)`` is the row's cursor value (JSON). Each batch is one transaction that
         also saves the cursor ``cursor``; no batch starts after ``deadline`` seconds
         (default: 80% of the soft time limit, if any).
+
+        ``orm="django"``: each batch is a ``self.atomic()`` transaction instead, and the
+        callables take no session: ``fetch(after, limit)`` and ``handle(row)``.
         """
         if batch_size < 1:
             raise InvalidInput("batch_size: must be at least 1", field="batch_size")
+        if orm not in ("sqlalchemy", "django"):
+            raise InvalidInput(f"orm: expected 'sqlalchemy' or 'django', got {orm!r}", field="orm")
         run = require_run()
+        alias = gaffer_alias(self.app, None) if orm == "django" else None
         if deadline is None:
             deadline = self._default_deadline()
         name = f"batch:{cursor}"
@@ -317,16 +344,16 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
                 self.progress(**fields)
 
         try:
-            report = run_batches(
-                run,
-                cursor,
-                fetch,
-                handle,
-                key,
-                batch_size=batch_size,
-                deadline=deadline,
-                progress=progress,
-            )
+            if alias is None:
+                report = run_batches(
+                    run, cursor, fetch, handle, key,
+                    batch_size=batch_size, deadline=deadline, progress=progress,
+                )  # fmt: skip
+            else:
+                report = run_django_batches(
+                    run, alias, cursor, fetch, handle, key,
+                    batch_size=batch_size, deadline=deadline, progress=progress,
+                )  # fmt: skip
         finally:
             if held is None:
                 run.release(lease)
@@ -405,9 +432,9 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         if self.name not in _warned_unfenced:
             _warned_unfenced.add(self.name)
             logger.warning(
-                "%s has a key but its run wrote nothing through self.session() or "
-                "self.connection(): its key is completed after the body, not atomically "
-                "with its effects (see docs/how-to/idempotent-tasks.md)",
+                "%s has a key but its run wrote nothing through self.session(), "
+                "self.connection() or self.atomic(): its key is completed after the body, "
+                "not atomically with its effects (see docs/how-to/idempotent-tasks.md)",
                 self.name,
                 extra={"action": "key_unfenced", "task": self.name},
             )

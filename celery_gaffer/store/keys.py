@@ -45,13 +45,17 @@ def claim_key(
     A key claimed by an earlier run that died is taken over (that run's work is resumed
     under a newer fence); a completed key is never claimed again.
     """
-    statement = _claim_statement(models, conn.dialect.name, complete=complete)
+    statement = claim_statement(models, conn.dialect.name, complete=complete)
     params = {"key": key, "task_id": task_id, "fence": fence}
     if conn.execute(statement, params).first() is None:
-        raise AlreadyProcessed(f"key {key!r} was already completed by another run")
+        raise already_processed(key)
 
 
-def _claim_statement(models: Models, dialect_name: str, *, complete: bool) -> Any:
+def already_processed(key: str) -> AlreadyProcessed:
+    return AlreadyProcessed(f"key {key!r} was already completed by another run")
+
+
+def claim_statement(models: Models, dialect_name: str, *, complete: bool) -> Any:
     """The claim upsert (parameters ``key``, ``task_id``, ``fence``), built once: it
     returns the key when it claimed or completed it, no row when the key was completed
     by another run."""

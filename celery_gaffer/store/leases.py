@@ -134,15 +134,29 @@ def check_fence(conn: Connection, models: Models, name: str, fence: int, owner: 
     holds the row until commit, so no contender can take the lease between this check
     and the commit; on SQLite the transaction's ``BEGIN IMMEDIATE`` write lock does.
     """
+    if (
+        conn.execute(fence_check_statement(models), fence_check_params(name, fence, owner)).first()
+        is None
+    ):
+        raise fence_lost(name, fence)
+
+
+def fence_check_statement(models: Models) -> Any:
+    """The fence check of :func:`check_fence` (a row when the fence holds), built once."""
 
     def build() -> Any:
         table = table_of(models.Lease)
         return select(table.c.fence).where(*held_by(table)).with_for_update()
 
-    statement = prebuilt((models.prefix, "lease_check"), build)
-    params = {"b_name": name, "b_fence": fence, "b_owner": owner}
-    if conn.execute(statement, params).first() is None:
-        raise FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
+    return prebuilt((models.prefix, "lease_check"), build)
+
+
+def fence_check_params(name: str, fence: int, owner: str) -> dict[str, Any]:
+    return {"b_name": name, "b_fence": fence, "b_owner": owner}
+
+
+def fence_lost(name: str, fence: int) -> FenceLost:
+    return FenceLost(f"lease {name!r}: fence {fence} is no longer current; write rejected")
 
 
 def holder(conn: Connection, models: Models, name: str) -> tuple[str | None, int] | None:

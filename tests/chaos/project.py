@@ -35,6 +35,8 @@ app.conf.broker_transport_options = {{
     "unacked_restore_interval": 1,
     "unacked_restore_throttle": 1,
 }}
+# How chaos.fenced writes: "session" (self.session()) or "django" (self.atomic()).
+FENCED_WRITER = "session"
 {patch}
 celery_gaffer.install(app)
 
@@ -68,16 +70,34 @@ def fenced(self):
         return "held"
     try:
         for _ in range(5):
-            with self.session() as s:
-                seq = s.execute(text("UPDATE chaos_seq SET n = n + 1 RETURNING n")).scalar_one()
-                s.execute(
-                    text("INSERT INTO chaos_fenced (seq, fence, pid) VALUES (:seq, :fence, :pid)"),
-                    {{"seq": seq, "fence": lease.fence, "pid": os.getpid()}},
-                )
+            if FENCED_WRITER == "django":
+                _write_with_django(self, lease)
+            else:
+                with self.session() as s:
+                    seq = s.execute(text("UPDATE chaos_seq SET n = n + 1 RETURNING n")).scalar_one()
+                    s.execute(
+                        text(
+                            "INSERT INTO chaos_fenced (seq, fence, pid) "
+                            "VALUES (:seq, :fence, :pid)"
+                        ),
+                        {{"seq": seq, "fence": lease.fence, "pid": os.getpid()}},
+                    )
             time.sleep(0.3)
     finally:
         holder.__exit__(None, None, None)
     return "wrote"
+
+
+def _write_with_django(self, lease):
+    from django.db import connection
+
+    with self.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE chaos_seq SET n = n + 1 RETURNING n")
+        seq = cursor.fetchone()[0]
+        cursor.execute(
+            "INSERT INTO chaos_fenced (seq, fence, pid) VALUES (%s, %s, %s)",
+            [seq, lease.fence, os.getpid()],
+        )
 
 
 def _fetch(session, after, limit):
@@ -113,6 +133,29 @@ NO_FENCE_CHECK = (
     "_lease_rows.check_fence = lambda *args, **kwargs: None\n"
     "_leases.LeaseClient.renew = lambda self, lease: True\n"
 )
+
+
+def django_writer(database: str) -> str:
+    """A patch that configures Django on the chaos database and has chaos.fenced write
+    through Django's connection in ``self.atomic()`` (the Gaffer URL: ``django://default``)."""
+    url = parse_database_url(database)
+    entry = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": url.database,
+        "USER": url.username or "",
+        "PASSWORD": url.password or "",
+        "HOST": url.host or "",
+        "PORT": url.port or 5432,
+    }
+    return (
+        "import django\n"
+        "from django.conf import settings\n"
+        f"settings.configure(DATABASES={{'default': {entry!r}}}, USE_TZ=True)\n"
+        "django.setup()\n"
+        "app.conf.gaffer_database_url = 'django://default'\n"
+        "FENCED_WRITER = 'django'\n"
+    )
+
 
 # The same on PostgreSQL, where a commit's fence check is the database function
 # gaffer_seal (made by migration 0005): replaced by one that only claims the key.

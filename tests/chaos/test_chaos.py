@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from .project import NO_FENCE_CHECK, NO_FENCE_CHECK_SQL
+from .project import NO_FENCE_CHECK, NO_FENCE_CHECK_SQL, django_writer
 from .run import FAULTS, RestartsNotAllowed, check_permission, fresh_database, run
 
 # Faults, then up to 4 minutes of draining: more than pytest-timeout's default 600 s.
@@ -95,3 +95,28 @@ def test_pausing_the_lease_holder_makes_stale_writes_only_without_the_fence_chec
         assert report.stale_fence_writes > 0, report.line()
     else:
         assert report.stale_fence_writes == 0, report.line()
+
+
+def test_a_paused_holder_writing_through_djangos_orm_in_atomic_makes_no_stale_write(
+    tmp_path: Path, postgres_server: URL, redis_url: str
+) -> None:
+    """The same pauses, with chaos.fenced writing through Django's connection inside
+    ``self.atomic()``: the seal on Django's transaction refuses every late write."""
+    lines: list[str] = []
+    database = _database(postgres_server, "gaffer_chaos_django")
+    report = run(
+        database,
+        redis_url,
+        seconds=60,
+        seed=11,
+        workdir=tmp_path,
+        faults=("pause_holder",),
+        patch=django_writer(database),
+        schedules=0,
+        items=0,
+        drain_timeout=30,
+        log=lines.append,
+    )
+    print("\n".join(lines))
+    assert report.fenced_writes > 0
+    assert report.stale_fence_writes == 0, report.line()

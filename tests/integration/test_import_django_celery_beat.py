@@ -11,17 +11,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import celery
-import django
 import pytest
 import redis
 from celery import Celery
-from django.conf import settings
-from sqlalchemy.engine import URL
 
 from celery_gaffer import Scheduler, ScheduleStore, at, cron, every
 from celery_gaffer.cli import import_django  # noqa: F401  # registers the command
 
-from ..conftest import _create_database, _drop_database
+from ..django_support import DjangoDatabases
 from ..support import FrozenClock, gaffer_cli, message_headers
 from .import_support import insert_refused
 from .test_cli_update import error_line
@@ -31,55 +28,9 @@ UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
-@pytest.fixture(scope="module")
-def django_databases(
-    postgres_server: URL, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """django-celery-beat's tables migrated by Django on a fresh PostgreSQL database
-    (``default``) and a SQLite file (``lite``), Django configured in this process to
-    write them (USE_TZ, the default). Their SQLAlchemy URLs."""
-    database = _create_database(postgres_server)
-    lite = tmp_path_factory.mktemp("django") / "beat.sqlite3"
-    if settings.configured:
-        pytest.fail("Django is already configured in this process: run this module alone")
-    settings.configure(
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",  # psycopg 3
-                "NAME": database.database,
-                "USER": database.username,
-                "PASSWORD": database.password or "",
-                "HOST": database.host,
-                "PORT": database.port or 5432,
-            },
-            "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(lite)},
-        },
-        INSTALLED_APPS=["django_celery_beat"],
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-    )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", "django_celery_beat", verbosity=0)
-    call_command("migrate", "django_celery_beat", database="lite", verbosity=0)
-    try:
-        yield {
-            "postgresql": database.set(drivername="postgresql+psycopg").render_as_string(
-                hide_password=False
-            ),
-            "sqlite": f"sqlite:///{lite}",
-        }
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        _drop_database(postgres_server, database)
-
-
 @pytest.fixture
-def django_url(django_databases: dict[str, str]) -> str:
-    return django_databases["postgresql"]
+def django_url(django_databases: DjangoDatabases) -> str:
+    return django_databases.url("postgresql")
 
 
 @pytest.fixture
@@ -492,7 +443,7 @@ def test_its_cleanup_entry_and_a_one_off_that_ran_fire_as_with_its_beat(
 
 
 def test_a_sqlite_database_holds_naive_utc_times(
-    app: Celery, django_databases: dict[str, str]
+    app: Celery, django_databases: DjangoDatabases
 ) -> None:
     """Django (USE_TZ) stores naive UTC in SQLite: read back as the same instants."""
     m = models()
@@ -505,7 +456,7 @@ def test_a_sqlite_database_holds_naive_utc_times(
     m.PeriodicTask(
         name="lite-poll", task="t.report", interval=interval, last_run_at=ran, expires=until
     ).save(using="lite")
-    url = django_databases["sqlite"]
+    url = django_databases.url("sqlite")
     result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", url)
     assert result.exit_code == 0, result.stderr
     assert lines_of(result.stdout)["summary"] == (
@@ -619,7 +570,7 @@ def test_bad_rows_are_refused_one_by_one_and_the_good_ones_imported(
 
 
 def test_an_unparseable_sqlite_date_refuses_only_its_row(
-    app: Celery, django_databases: dict[str, str]
+    app: Celery, django_databases: DjangoDatabases
 ) -> None:
     m = models()
     tables = [model._meta.db_table for model in (m.PeriodicTask, m.IntervalSchedule)]
@@ -642,7 +593,7 @@ def test_an_unparseable_sqlite_date_refuses_only_its_row(
         f"UPDATE django_celery_beat_clockedschedule SET clocked_time = '2027-13-45 99:00' "
         f"WHERE id = {clocked.id}",
     )
-    url = django_databases["sqlite"]
+    url = django_databases.url("sqlite")
     try:
         result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", url)
     finally:

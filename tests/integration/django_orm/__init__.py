@@ -1,0 +1,1 @@
+"""GafferTask.atomic(): fenced, keyed Django transactions on real PostgreSQL and SQLite."""
