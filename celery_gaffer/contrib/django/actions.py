@@ -83,7 +83,13 @@ def pause(modeladmin: Any, request: Any, queryset: Any) -> Any:
         store = store_for(request)
         note = form.cleaned_data["note"].strip() or None
         until = form.cleaned_data["until"]
-        each(modeladmin, request, queryset, "paused", lambda name: store.pause(name, note=note, until=until))
+        each(
+            modeladmin,
+            request,
+            queryset,
+            "paused",
+            lambda name: store.pause(name, note=note, until=until),
+        )
         return None
     context = {
         **modeladmin.admin_site.each_context(request),

@@ -28,11 +28,19 @@ from .models import AuditEntry, JobRun, Schedule
 NEXT_FIRES = 5
 HISTORY = 20
 AUDIT_ACTIONS = (
-    "add", "replace", "update", "pause", "resume", "trigger", "backfill", "remove", "error",
+    "add",
+    "replace",
+    "update",
+    "pause",
+    "resume",
+    "trigger",
+    "backfill",
+    "remove",
+    "error",
     "recover",
 )
 UNREADABLE = (
-    'the admin reads the Gaffer tables through Django: set CELERY_GAFFER_DATABASE_URL = '
+    "the admin reads the Gaffer tables through Django: set CELERY_GAFFER_DATABASE_URL = "
     '"django://default" (any alias of DATABASES)'
 )
 
@@ -154,7 +162,7 @@ class ScheduleAdmin(ReadOnlyAdmin):
 
     @admin.display(description="zone")  # type: ignore[untyped-decorator]
     def zone(self, row: Schedule) -> str:
-        definition = row.schedule if isinstance(row.schedule, dict) else {}
+        definition: dict[str, Any] = row.schedule if isinstance(row.schedule, dict) else {}
         return str(definition.get("tz") or "UTC")
 
     @admin.display(description="state")  # type: ignore[untyped-decorator]
@@ -215,8 +223,15 @@ def next_fires(row: Schedule, request: Any) -> list[str]:
 @admin.register(JobRun)
 class RunAdmin(ReadOnlyAdmin):
     list_display = (
-        "task_id", "state", "schedule", "task_name", "nominal_at", "started_at", "finished_at",
-        "duration", "attempt",
+        "task_id",
+        "state",
+        "schedule",
+        "task_name",
+        "nominal_at",
+        "started_at",
+        "finished_at",
+        "duration",
+        "attempt",
     )
     list_filter = (choices("state", tuple(RunState)),)
     search_fields = ("=schedule", "=task_id")

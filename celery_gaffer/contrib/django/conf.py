@@ -56,9 +56,7 @@ def _load(path: Any) -> Any:
     app = getattr(module, attribute, None)
     if not isinstance(app, Celery):
         found = "nothing" if app is None else type(app).__name__
-        raise ConfigurationError(
-            f"{SETTING}: {path!r} is {found}, not a Celery app", field=SETTING
-        )
+        raise ConfigurationError(f"{SETTING}: {path!r} is {found}, not a Celery app", field=SETTING)
     return app
 
 

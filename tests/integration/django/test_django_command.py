@@ -44,7 +44,9 @@ def test_status_exits_one_on_an_alert_and_two_on_an_error(
         run(["pause", "nope"])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "nope" in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: ")
+    assert "nope" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_an_unmigrated_gaffer_database_warns_w001_only_with_its_database(
@@ -80,7 +82,8 @@ def test_a_url_that_does_not_parse_is_e001_naming_the_key(django_project: Any) -
     try:
         messages = check_configuration()
         assert ids(messages) == ["gaffer.E001"]
-        assert "gaffer_database_url" in messages[0].msg and "nowhere" in messages[0].msg
+        assert "gaffer_database_url" in messages[0].msg
+        assert "nowhere" in messages[0].msg
     finally:
         project.use_alias("default")
     assert app.conf.gaffer_database_url == "django://default"
@@ -117,7 +120,8 @@ def test_a_wrong_celery_app_path_is_e002_naming_the_setting(
     with override_settings(GAFFER_CELERY_APP=path):
         messages = check_configuration()
     assert ids(messages) == ["gaffer.E002"]
-    assert messages[0].msg.startswith("GAFFER_CELERY_APP: ") and reason in messages[0].msg
+    assert messages[0].msg.startswith("GAFFER_CELERY_APP: ")
+    assert reason in messages[0].msg
 
 
 def test_manage_py_gaffer_runs_in_its_own_process_with_the_exit_codes(
@@ -144,9 +148,11 @@ def test_manage_py_gaffer_runs_in_its_own_process_with_the_exit_codes(
         [*manage, "gaffer", "resume", "no-such"], env=env, capture_output=True, text=True
     )
     assert failed.returncode == 2
-    assert failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1
+    assert failed.stderr.startswith("error: ")
+    assert len(failed.stderr.splitlines()) == 1
     helped = subprocess.run([*manage, "gaffer", "--help"], env=env, capture_output=True, text=True)
-    assert helped.returncode == 0 and "migrate" in helped.stdout
+    assert helped.returncode == 0
+    assert "migrate" in helped.stdout
     checked = subprocess.run(
         [*manage, "check", "--database", "default"], env=env, capture_output=True, text=True
     )

@@ -11,70 +11,28 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import celery
-import django
 import pytest
 import redis
 from celery import Celery
-from django.conf import settings
-from sqlalchemy.engine import URL
 
 from celery_gaffer import Scheduler, ScheduleStore, at, cron, every
 from celery_gaffer.cli import import_django  # noqa: F401  # registers the command
 
-from ..conftest import _create_database, _drop_database
-from ..support import FrozenClock, gaffer_cli, message_headers
-from .import_support import insert_refused
-from .test_cli_update import error_line
-from .test_import_beat_schedule import lines_of
+from ...support import FrozenClock, gaffer_cli, message_headers
+from ..import_support import insert_refused
+from ..test_cli_update import error_line
+from ..test_import_beat_schedule import lines_of
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
 @pytest.fixture(scope="module")
-def django_databases(
-    postgres_server: URL, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """django-celery-beat's tables migrated by Django on a fresh PostgreSQL database
-    (``default``) and a SQLite file (``lite``), Django configured in this process to
-    write them (USE_TZ, the default). Their SQLAlchemy URLs."""
-    database = _create_database(postgres_server)
-    lite = tmp_path_factory.mktemp("django") / "beat.sqlite3"
-    if settings.configured:
-        pytest.fail("Django is already configured in this process: run this module alone")
-    settings.configure(
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",  # psycopg 3
-                "NAME": database.database,
-                "USER": database.username,
-                "PASSWORD": database.password or "",
-                "HOST": database.host,
-                "PORT": database.port or 5432,
-            },
-            "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(lite)},
-        },
-        INSTALLED_APPS=["django_celery_beat"],
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-    )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", "django_celery_beat", verbosity=0)
-    call_command("migrate", "django_celery_beat", database="lite", verbosity=0)
-    try:
-        yield {
-            "postgresql": database.set(drivername="postgresql+psycopg").render_as_string(
-                hide_password=False
-            ),
-            "sqlite": f"sqlite:///{lite}",
-        }
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        _drop_database(postgres_server, database)
+def django_databases(django_project: dict[str, Any]) -> dict[str, str]:
+    """django-celery-beat's tables, migrated by Django (project.py) on a fresh PostgreSQL
+    database (``default``) and a SQLite file (``lite``), Django configured in this
+    process to write them (USE_TZ, the default). Their SQLAlchemy URLs."""
+    return {"postgresql": django_project["postgresql"], "sqlite": django_project["sqlite"]}
 
 
 @pytest.fixture
