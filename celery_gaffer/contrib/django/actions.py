@@ -109,10 +109,10 @@ def pause(modeladmin: Any, request: Any, queryset: Any) -> Any:
 @admin.action(description="Resume", permissions=["operate"])  # type: ignore[untyped-decorator]
 def resume(modeladmin: Any, request: Any, queryset: Any) -> None:
     store = store_for(request)
-    each(modeladmin, request, queryset, "resumed", store.resume)
+    each(modeladmin, request, queryset, "Resumed", store.resume)
 
 
 @admin.action(description="Run now", permissions=["operate"])  # type: ignore[untyped-decorator]
 def run_now(modeladmin: Any, request: Any, queryset: Any) -> None:
     store = store_for(request)
-    each(modeladmin, request, queryset, "sent one fire of", store.trigger)
+    each(modeladmin, request, queryset, "Sent one fire of", store.trigger)
