@@ -25,6 +25,8 @@ from ...schedule_store import ScheduleStore
 from .conf import celery_app
 
 SOURCE = "admin"
+#: Names a message lists before "and N more".
+SHOWN = 20
 
 
 class PauseForm(forms.Form):  # type: ignore[misc]  # Django ships no type hints
@@ -72,7 +74,10 @@ def each(
         else:
             done.append(name)
     if done:
-        modeladmin.message_user(request, f"{verb}: {', '.join(done)}", messages.SUCCESS)
+        shown = ", ".join(done[:SHOWN]) + (
+            f" and {len(done) - SHOWN} more" if len(done) > SHOWN else ""
+        )
+        modeladmin.message_user(request, f"{verb}: {shown}", messages.SUCCESS)
 
 
 @admin.action(description="Pause with a note", permissions=["operate"])  # type: ignore[untyped-decorator]

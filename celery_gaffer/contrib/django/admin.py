@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, Q, Subquery
 
 from ...exceptions import GafferError
@@ -136,13 +137,8 @@ class ScheduleAdmin(ReadOnlyAdmin):
     )
     change_form_template = "admin/gaffer/schedule/change_form.html"
 
-    def get_queryset(self, request: Any) -> Any:
-        latest = (
-            JobRun.objects.filter(schedule=OuterRef("name"), nominal_at__isnull=False)
-            .order_by("-nominal_at")
-            .values("state")[:1]
-        )
-        return super().get_queryset(request).annotate(last_run_state=Subquery(latest))
+    def get_changelist(self, request: Any, **kwargs: Any) -> type[ChangeList]:
+        return ScheduleChangeList
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> Any:
         return [name for row in self.fields for name in row]
@@ -195,6 +191,32 @@ class ScheduleAdmin(ReadOnlyAdmin):
                 .order_by("-id")[:HISTORY]
             )
         return super().change_view(request, object_id, form_url, context)
+
+
+class ScheduleChangeList(ChangeList):  # type: ignore[misc]
+    """The schedules of a page with the state of each one's latest scheduled run, read in
+    one more query for the page's rows only (a subquery in the page's own query would run
+    for every row an OFFSET skips)."""
+
+    result_list: Any
+
+    def get_results(self, request: Any) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        if rows:
+            latest = (
+                JobRun.objects.filter(schedule=OuterRef("name"), nominal_at__isnull=False)
+                .order_by("-nominal_at")
+                .values("state")[:1]
+            )
+            states = dict(
+                self.root_queryset.filter(pk__in=[row.pk for row in rows])
+                .annotate(last_run_state=Subquery(latest))
+                .values_list("pk", "last_run_state")
+            )
+            for row in rows:
+                row.last_run_state = states.get(row.pk)
+        self.result_list = rows
 
 
 def next_fires(row: Schedule, request: Any) -> list[str]:

@@ -57,6 +57,24 @@ def test_the_schedule_list_shows_state_reason_zone_and_next_fire(
     assert "nightly" in page(client, f"{ADMIN}schedule/", q="night")
 
 
+def test_the_list_shows_each_schedules_latest_scheduled_run(
+    client: Any, store: ScheduleStore
+) -> None:
+    store.add("poll", "t.report", every(60))
+    store.add("idle", "t.report", every(60))
+    insert = text(
+        "INSERT INTO gaffer_job_runs (task_id, task_name, schedule, nominal_at, attempt, state,"
+        " updated_at, created_at) VALUES (:id, 't.report', 'poll', :at, 1, :state, :at, :at)"
+    )
+    with store.database.engine.begin() as conn:
+        for number, state in enumerate(["failed", "succeeded", "retried"]):
+            at = datetime(2026, 1, 1, 10, number, tzinfo=timezone.utc)
+            conn.execute(insert, {"id": f"r{number}", "at": at, "state": state})
+    html = page(client, f"{ADMIN}schedule/")
+    assert '<td class="field-last_run">retried</td>' in html
+    assert '<td class="field-last_run">-</td>' in html
+
+
 def test_a_schedule_page_shows_its_next_fires_and_its_audit_history(
     client: Any, store: ScheduleStore
 ) -> None:
@@ -106,9 +124,10 @@ def test_a_list_page_costs_the_same_few_queries_for_5_or_150_schedules(
         {"name": f"t{i:03}", "task": "t.report", "schedule": every(60)} for i in range(145)
     )
     assert queries_of_list(client, gaffer_alias) == few
-    # The page and its count on the Gaffer database (and the session and user on
+    # The page, its count and its rows' latest runs on the Gaffer database (and the
+    # session and user on
     # PostgreSQL, where Django's own tables are too).
-    assert few <= (4 if gaffer_alias == "default" else 2)
+    assert few <= (5 if gaffer_alias == "default" else 3)
 
 
 def selected(store: ScheduleStore, *names: str) -> list[str]:
