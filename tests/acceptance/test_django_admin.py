@@ -72,15 +72,16 @@ urlpatterns = [path("admin/", admin.site.urls)]
 
 
 def django(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "django", *args],
         cwd=folder,
         env=environment(folder),
         capture_output=True,
         text=True,
         timeout=120,
-        check=True,
     )
+    assert done.returncode == 0, f"manage.py {' '.join(args)}: {done.stderr}"
+    return done
 
 
 def environment(folder: Path) -> dict[str, str]:
@@ -102,7 +103,9 @@ def site(tmp_path: Path) -> Iterator[tuple[str, ScheduleStore]]:
     (tmp_path / "djproj_urls.py").write_text(URLS)
     django(tmp_path, "migrate", "--verbosity", "0")
     django(tmp_path, "gaffer", "migrate")
-    django(tmp_path, "createsuperuser", "--noinput", "--username", "ada", "--email", "a@b.c")
+    django(
+        tmp_path, "createsuperuser", "--noinput", "--username", "ada", "--email", "ada@example.com"
+    )
     checked = django(tmp_path, "check", "--database", "default")
     assert "gaffer." not in checked.stdout + checked.stderr
     app = Celery("acceptance-django", broker="memory://", set_as_current=False)
