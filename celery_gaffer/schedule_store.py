@@ -43,7 +43,7 @@ class ScheduleStore(ScheduleReads):
     """Schedules from code (source ``db``); the CLI is a thin layer over this class.
 
     Its writes are recorded in the audit log as made by ``actor`` (None: the OS user)
-    through ``audit_source`` (one of ``cli``, ``api``, ``console``, ``config``,
+    through ``audit_source`` (one of ``cli``, ``api``, ``console``, ``admin``, ``config``,
     ``import``, ``code``, ``beat``); ``acting_as`` gives a store writing as another.
     """
 

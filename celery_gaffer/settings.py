@@ -164,7 +164,9 @@ def warn_unknown_keys(conf: Mapping[str, Any]) -> None:
         finalize()
     warned = runtime().part("warned_setting_keys", WarnedKeys)
     namespace = getattr(conf, "prefix", None) or ""
-    readable = set(SETTING_KEYS)
+    # GAFFER_CELERY_APP is the Django app's own setting (celery_gaffer.contrib.django),
+    # visible to Celery when it reads the Django settings.
+    readable = {*SETTING_KEYS, "GAFFER_CELERY_APP"}
     if namespace:
         readable.update(_in_case(namespace + key, namespace) for key in SETTING_KEYS)
     for key in list(conf):

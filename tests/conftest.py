@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from celery_gaffer.settings import parse_database_url
 from celery_gaffer.store import dispose_engines, get_engine, migrate, models_for
 
-from . import django_support, redis_claim
+from . import redis_claim
 from .services import AMQP_URL, POSTGRES_URL, REDIS_SERVER, REDIS_URL, service_missing
 from .support import STOP_SIGNALS, FrozenClock, celerys_handler
 
@@ -81,26 +81,6 @@ def empty_postgres_url(postgres_server: URL) -> Iterator[str]:
     try:
         yield database.render_as_string(hide_password=False)
     finally:
-        _drop_database(postgres_server, database)
-
-
-@pytest.fixture(scope="session")
-def django_databases(
-    postgres_server: URL, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[django_support.DjangoDatabases]:
-    """Django configured in this process on a fresh PostgreSQL database (``default``)
-    and a SQLite file (``lite``), every table made (see tests/django_support.py)."""
-    from django.conf import settings
-
-    if settings.configured:
-        pytest.fail("Django was configured in this process before django_databases")
-    database = _create_database(postgres_server)
-    lite = tmp_path_factory.mktemp("django") / "django.sqlite3"
-    try:
-        django_support.configure(database, lite)
-        yield django_support.DjangoDatabases(database, lite)
-    finally:
-        django_support.close()
         _drop_database(postgres_server, database)
 
 

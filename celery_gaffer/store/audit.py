@@ -18,7 +18,7 @@ from sqlalchemy import Connection, insert, select
 from .models import Models, table_of
 
 #: Through what a change was made (the entry's ``source``).
-SOURCES = ("cli", "api", "console", "config", "import", "code", "beat")
+SOURCES = ("cli", "api", "console", "admin", "config", "import", "code", "beat")
 
 #: Longest note kept (longer notes are cut, marked with "…").
 NOTE_LENGTH = 2000

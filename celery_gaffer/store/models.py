@@ -216,7 +216,7 @@ class AlertRow:
 
 class AuditRow:
     """One change to a schedule, written in the change's transaction: when, who
-    (``actor``), through what (``source``: cli, api, console, config, import, code, beat),
+    (``actor``), through what (``source``: cli, api, console, admin, config, import, code, beat),
     the action, the note, and each changed field as ``{field: [before, after]}``."""
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

@@ -40,6 +40,7 @@ READ_ONLY_PAGES = {
     "reference/api.md",
     "reference/cli.md",
     "reference/configuration.md",
+    "reference/django.md",
 }
 #: Languages that look like code to run: a page must use one the runner knows instead.
 CODE_LIKE = {"sh", "shell", "zsh", "shell-session", "py", "python3", "pycon", "ipython"}

@@ -17,15 +17,13 @@ from celery_gaffer.fencing.leases import LeaseClient
 from celery_gaffer.store import database_for, django_statements, models_for
 from celery_gaffer.store.keys import claim_key, key_state
 
-from ...django_support import ALIASES, DjangoDatabases
-
 
 @pytest.fixture(params=["postgresql", "sqlite"])
-def alias(request: pytest.FixtureRequest, django_databases: DjangoDatabases) -> str:
+def alias(request: pytest.FixtureRequest, django_project: dict[str, Any]) -> str:
     """Django's alias of a database holding the Gaffer tables, all of them emptied."""
     from django.db import connections
 
-    alias = ALIASES[request.param]
+    alias = {"postgresql": "default", "sqlite": "lite"}[request.param]
     tables = [table.name for table in models_for("gaffer_").metadata.sorted_tables]
     with connections[alias].cursor() as cursor:
         for table in [*tables, "gaffer_tests_effect", "gaffer_tests_item"]:

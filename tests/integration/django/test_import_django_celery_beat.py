@@ -18,19 +18,26 @@ from celery import Celery
 from celery_gaffer import Scheduler, ScheduleStore, at, cron, every
 from celery_gaffer.cli import import_django  # noqa: F401  # registers the command
 
-from ..django_support import DjangoDatabases
-from ..support import FrozenClock, gaffer_cli, message_headers
-from .import_support import insert_refused
-from .test_cli_update import error_line
-from .test_import_beat_schedule import lines_of
+from ...support import FrozenClock, gaffer_cli, message_headers
+from ..import_support import insert_refused
+from ..test_cli_update import error_line
+from ..test_import_beat_schedule import lines_of
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
+@pytest.fixture(scope="module")
+def django_databases(django_project: dict[str, Any]) -> dict[str, str]:
+    """django-celery-beat's tables, migrated by Django (project.py) on a fresh PostgreSQL
+    database (``default``) and a SQLite file (``lite``), Django configured in this
+    process to write them (USE_TZ, the default). Their SQLAlchemy URLs."""
+    return {"postgresql": django_project["postgresql"], "sqlite": django_project["sqlite"]}
+
+
 @pytest.fixture
-def django_url(django_databases: DjangoDatabases) -> str:
-    return django_databases.url("postgresql")
+def django_url(django_databases: dict[str, str]) -> str:
+    return django_databases["postgresql"]
 
 
 @pytest.fixture
@@ -443,7 +450,7 @@ def test_its_cleanup_entry_and_a_one_off_that_ran_fire_as_with_its_beat(
 
 
 def test_a_sqlite_database_holds_naive_utc_times(
-    app: Celery, django_databases: DjangoDatabases
+    app: Celery, django_databases: dict[str, str]
 ) -> None:
     """Django (USE_TZ) stores naive UTC in SQLite: read back as the same instants."""
     m = models()
@@ -456,7 +463,7 @@ def test_a_sqlite_database_holds_naive_utc_times(
     m.PeriodicTask(
         name="lite-poll", task="t.report", interval=interval, last_run_at=ran, expires=until
     ).save(using="lite")
-    url = django_databases.url("sqlite")
+    url = django_databases["sqlite"]
     result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", url)
     assert result.exit_code == 0, result.stderr
     assert lines_of(result.stdout)["summary"] == (
@@ -570,7 +577,7 @@ def test_bad_rows_are_refused_one_by_one_and_the_good_ones_imported(
 
 
 def test_an_unparseable_sqlite_date_refuses_only_its_row(
-    app: Celery, django_databases: DjangoDatabases
+    app: Celery, django_databases: dict[str, str]
 ) -> None:
     m = models()
     tables = [model._meta.db_table for model in (m.PeriodicTask, m.IntervalSchedule)]
@@ -593,7 +600,7 @@ def test_an_unparseable_sqlite_date_refuses_only_its_row(
         f"UPDATE django_celery_beat_clockedschedule SET clocked_time = '2027-13-45 99:00' "
         f"WHERE id = {clocked.id}",
     )
-    url = django_databases.url("sqlite")
+    url = django_databases["sqlite"]
     try:
         result = gaffer_cli(app, "import", "django-celery-beat", "--database-url", url)
     finally:

@@ -7,14 +7,13 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from sqlalchemy.engine import make_url
 
 import celery_gaffer
 from celery_gaffer import GafferError, GafferTask
 from celery_gaffer.exceptions import ConfigurationError
 from celery_gaffer.settings import settings_for
 from celery_gaffer.store import database_for
-
-from ...django_support import DjangoDatabases
 
 
 def gaffer_app(url: str) -> Celery:
@@ -24,10 +23,10 @@ def gaffer_app(url: str) -> Celery:
 
 
 def test_an_alias_names_djangos_database_with_its_credentials(
-    django_databases: DjangoDatabases,
+    django_project: dict[str, Any],
 ) -> None:
     url = settings_for(gaffer_app("django://default")).database_url
-    expected = django_databases.postgresql
+    expected = make_url(django_project["postgresql"])
     assert url.drivername == "postgresql+psycopg"
     assert (url.host, url.port, url.database, url.username) == (
         expected.host,
@@ -36,10 +35,13 @@ def test_an_alias_names_djangos_database_with_its_credentials(
         expected.username,
     )
     lite = settings_for(gaffer_app("django://lite")).database_url
-    assert (lite.drivername, lite.database) == ("sqlite", str(django_databases.sqlite))
+    assert (lite.drivername, lite.database) == (
+        "sqlite",
+        str(django_project["folder"] / "lite.sqlite3"),
+    )
 
 
-def test_the_gaffer_tables_are_reached_through_the_alias(django_databases: DjangoDatabases) -> None:
+def test_the_gaffer_tables_are_reached_through_the_alias(django_project: dict[str, Any]) -> None:
     for alias in ("default", "lite"):
         app = gaffer_app(f"django://{alias}")
         celery_gaffer.install(app)
@@ -48,7 +50,7 @@ def test_the_gaffer_tables_are_reached_through_the_alias(django_databases: Djang
 
 
 def test_celery_gaffer_settings_are_read_under_the_celery_namespace(
-    django_databases: DjangoDatabases,
+    django_project: dict[str, Any],
 ) -> None:
     from django.test import override_settings
 
@@ -56,7 +58,7 @@ def test_celery_gaffer_settings_are_read_under_the_celery_namespace(
         app = Celery("django-namespace-test", set_as_current=False)
         app.config_from_object("django.conf:settings", namespace="CELERY")
         settings = settings_for(app)
-    assert settings.database_url.database == str(django_databases.sqlite)
+    assert settings.database_url.database == str(django_project["folder"] / "lite.sqlite3")
     assert settings.max_catchup == 7
 
 
@@ -64,7 +66,7 @@ def options_of(url: str) -> Any:
     return settings_for(gaffer_app(url)).database_url
 
 
-@pytest.mark.usefixtures("django_databases")
+@pytest.mark.usefixtures("django_project")
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_libpq_options_are_passed_on_and_djangos_own_are_not() -> None:
     from django.conf import settings
@@ -82,12 +84,12 @@ def test_libpq_options_are_passed_on_and_djangos_own_are_not() -> None:
     assert dict(url.query) == {"sslmode": "disable", "connect_timeout": "5"}
 
 
-@pytest.mark.usefixtures("django_databases")
+@pytest.mark.usefixtures("django_project")
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        (None, "has no alias 'other' (it has: default, lite)"),
+        (None, "has no alias 'other' (it has: default, empty, lite)"),
         ({"ENGINE": "django.db.backends.mysql", "NAME": "x"}, "uses django.db.backends.mysql"),
         ({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}, "in-memory SQLite"),
     ],
@@ -106,7 +108,7 @@ def test_a_bad_alias_is_one_clear_error_naming_the_key(entry: Any, message: str)
 
 
 def test_atomic_needs_a_django_alias_and_one_holding_the_gaffer_tables(
-    django_databases: DjangoDatabases, tmp_path: Any
+    django_project: dict[str, Any], tmp_path: Any
 ) -> None:
     app = gaffer_app(f"sqlite:///{tmp_path / 'elsewhere.sqlite3'}")
     celery_gaffer.install(app)

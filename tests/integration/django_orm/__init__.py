@@ -1,1 +1,0 @@
-"""GafferTask.atomic(): fenced, keyed Django transactions on real PostgreSQL and SQLite."""
