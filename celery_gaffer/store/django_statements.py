@@ -27,7 +27,7 @@ from . import leases as lease_rows
 from .cursors import progress_statement, save_cursor_statement
 from .models import Models
 from .prebuilt import prebuilt
-from .seal import REFUSALS, Held, seal_call
+from .seal import REFUSALS, Held, seal_call, seal_params
 
 #: Django's database vendors and the SQLAlchemy dialect that compiles for them.
 DIALECTS = {"postgresql": "postgresql+psycopg://", "sqlite": "sqlite://"}
@@ -85,15 +85,7 @@ def seal(
     """Check ``held`` and claim ``key`` in the Django ``connection``'s transaction; raise
     FenceLost or AlreadyProcessed (the block is then rolled back)."""
     if connection.vendor == "postgresql":
-        params = {
-            "names": [name for name, _, _ in held],
-            "fences": [lease_fence for _, lease_fence, _ in held],
-            "owners": [owner for _, _, owner in held],
-            "key": key,
-            "task_id": task_id,
-            "fence": fence,
-            "complete": complete,
-        }
+        params = seal_params(held, key, task_id, fence, complete=complete)
         try:
             execute(connection, seal_call(models), params, key=(models.prefix, "seal"))
         except Exception as exc:

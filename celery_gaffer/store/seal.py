@@ -61,15 +61,7 @@ def seal(
             key_rows.claim_key(conn, models, key, task_id, fence, complete=complete)
         return
     statement = seal_call(models)
-    params = {
-        "names": [name for name, _, _ in held],
-        "fences": [lease_fence for _, lease_fence, _ in held],
-        "owners": [owner for _, _, owner in held],
-        "key": key,
-        "task_id": task_id,
-        "fence": fence,
-        "complete": complete,
-    }
+    params = seal_params(held, key, task_id, fence, complete=complete)
     try:
         if commit and pipelines(conn):
             commit_with(conn, [(statement, params)])
@@ -80,6 +72,21 @@ def seal(
         if refused is None:
             raise
         raise refused from None
+
+
+def seal_params(
+    held: Sequence[Held], key: str | None, task_id: str, fence: int | None, *, complete: bool
+) -> dict[str, Any]:
+    """The parameters of :func:`seal_call`'s statement."""
+    return {
+        "names": [name for name, _, _ in held],
+        "fences": [lease_fence for _, lease_fence, _ in held],
+        "owners": [owner for _, _, owner in held],
+        "key": key,
+        "task_id": task_id,
+        "fence": fence,
+        "complete": complete,
+    }
 
 
 def seal_call(models: Models) -> Any:
