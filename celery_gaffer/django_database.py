@@ -54,10 +54,11 @@ def django_database_url(alias: str, key: str = "gaffer_database_url") -> URL:
         ) from exc
     try:
         databases: dict[str, dict[str, Any]] = settings.DATABASES
-    except ImproperlyConfigured as exc:
+    except (ImproperlyConfigured, ImportError) as exc:
         raise ConfigurationError(
             f"{key}: {SCHEME}{alias} needs the Django settings: set DJANGO_SETTINGS_MODULE "
-            f"before the Celery app reads its configuration ({str(exc).splitlines()[0]})",
+            f"to an importable module before the Celery app reads its configuration "
+            f"({str(exc).splitlines()[0]})",
             field=key,
         ) from None
     entry = databases.get(alias)
@@ -78,12 +79,18 @@ def django_database_url(alias: str, key: str = "gaffer_database_url") -> URL:
         return URL.create("sqlite", database=_sqlite_path(entry.get("NAME"), alias, key))
     options = entry.get("OPTIONS") or {}
     port = entry.get("PORT")
+    try:
+        port = int(port) if port else None
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"{key}: DATABASES[{alias!r}]['PORT'] is {port!r}, not a port number", field=key
+        ) from None
     return URL.create(
         driver,
         username=entry.get("USER") or None,
         password=entry.get("PASSWORD") or None,
         host=entry.get("HOST") or None,
-        port=int(port) if port else None,
+        port=port,
         database=entry.get("NAME") or None,
         query={
             name: str(value)

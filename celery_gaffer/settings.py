@@ -56,6 +56,11 @@ SETTING_KEYS: tuple[str, ...] = (
 )
 
 
+#: The Django settings of the Django app (celery_gaffer.contrib.django): not ``app.conf``
+#: keys, but visible to Celery when it reads the Django settings.
+DJANGO_APP_SETTINGS = ("GAFFER_CELERY_APP", "GAFFER_MIGRATE_WITH_DJANGO")
+
+
 @dataclass(frozen=True, slots=True)
 class GafferSettings:
     """Validated configuration. Build it with :func:`settings_for` or :meth:`from_conf`."""
@@ -164,9 +169,7 @@ def warn_unknown_keys(conf: Mapping[str, Any]) -> None:
         finalize()
     warned = runtime().part("warned_setting_keys", WarnedKeys)
     namespace = getattr(conf, "prefix", None) or ""
-    # GAFFER_CELERY_APP is the Django app's own setting (celery_gaffer.contrib.django),
-    # visible to Celery when it reads the Django settings.
-    readable = {*SETTING_KEYS, "GAFFER_CELERY_APP"}
+    readable = {*SETTING_KEYS, *DJANGO_APP_SETTINGS}
     if namespace:
         readable.update(_in_case(namespace + key, namespace) for key in SETTING_KEYS)
     for key in list(conf):
@@ -321,6 +324,13 @@ def _masked_text(text: str) -> str:
         text,
         flags=re.IGNORECASE,
     )
+
+
+def table_prefix_of(conf: Mapping[str, Any]) -> str:
+    """``gaffer_table_prefix`` of ``conf``, validated, read without the other settings
+    (without resolving a ``django://`` URL before Django's test runner renames its
+    databases)."""
+    return _prefix(conf.get("gaffer_table_prefix", "gaffer_"))
 
 
 def _prefix(value: Any) -> str:

@@ -39,7 +39,7 @@ from .exceptions import (
 )
 from .fencing.batches import BatchReport, run_batches
 from .fencing.context import RunContext, current_run, require_run
-from .fencing.django_atomic import gaffer_alias, sealed_atomic
+from .fencing.django_atomic import gaffer_alias, refuse_inside_sqlite_block, sealed_atomic
 from .fencing.django_batches import run_django_batches
 from .fencing.leases import Lease
 from .fencing.overlap import Wanted
@@ -218,6 +218,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         ``AlreadyProcessed`` (the run then ends ``duplicate``).
         """
         run = require_run()
+        refuse_inside_sqlite_block("self.session()")
         session = fenced_sessions(run.database.engine)(info=run_info(run))
         try:
             yield session
@@ -237,6 +238,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         transaction itself (``conn.rollback()``).
         """
         run = require_run()
+        refuse_inside_sqlite_block("self.connection()")
         listen_for_seals(run.database.engine)
         with run.database.engine.connect() as conn:
             forbid_unsealed_commits(conn)
@@ -389,6 +391,7 @@ class GafferTask(DeliveryPolicy, Task):  # type: ignore[misc]
         return f"overlap:task:{self.name}", policy
 
     def _take(self, run: RunContext, name: str, *, ttl: float | None = None) -> Lease:
+        refuse_inside_sqlite_block(f"the lease {name!r}")
         return run.acquire(name, ttl if ttl is not None else run.database.settings.lease_ttl)
 
     def _end_record_frees(

@@ -19,17 +19,22 @@ Rules, as the documentation states them:
   only the outermost seals.
 * ``transaction.on_commit`` callbacks registered inside run after the sealed commit, never
   after a refused one.
+* A block marked for rollback (``transaction.set_rollback(True)``) is not sealed: it
+  commits nothing.
+* A database whose ``AUTOCOMMIT`` is off is refused: its block's end does not commit.
+* On SQLite, a session, a Core connection or a lease of the run inside the block is
+  refused: Gaffer's own connection would wait for the block's write lock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from sqlalchemy.engine import URL
 
@@ -40,10 +45,11 @@ from ..settings import settings_for
 from ..store import django_statements
 from .context import RunContext
 
-
-class OpenBlocks(WeakKeyDictionary[Any, int]):
-    """How many ``self.atomic()`` blocks are open, by Django connection (one per thread
-    and alias)."""
+#: The ``(alias, vendor)`` of each ``self.atomic()`` block open in this thread (context),
+#: outermost first.
+open_blocks: ContextVar[tuple[tuple[str, str], ...]] = ContextVar(
+    "gaffer_django_blocks", default=()
+)
 
 
 class CheckedAliases(dict[tuple[str, str], bool]):
@@ -52,10 +58,13 @@ class CheckedAliases(dict[tuple[str, str], bool]):
 
 @dataclass(slots=True)
 class SealedBlock:
-    """What the outermost block's seal does to the run's key: "complete" (the default),
-    "claim" (a resumable batch that has not caught up) or None."""
+    """What the outermost block's seal does to the run's key (``claim``: "complete", the
+    default, "claim" for a resumable batch that has not caught up, or None), and what it
+    did (``sealed``, ``claimed``), for the callback that runs after the commit."""
 
     claim: str | None = "complete"
+    sealed: bool = False
+    claimed: str | None = None
 
 
 def gaffer_alias(app: Any, using: str | None) -> str:
@@ -73,8 +82,9 @@ def gaffer_alias(app: Any, using: str | None) -> str:
     checked = runtime().part("django_aliases", CheckedAliases)
     same = checked.get((alias, str(configured)))
     if same is None:
+        field = "using" if using else "gaffer_database_url"
         same = checked[(alias, str(configured))] = _same_database(
-            django_database_url(alias, "using"), configured
+            django_database_url(alias, field), configured
         )
     if not same:
         raise GafferError(
@@ -104,32 +114,51 @@ def sealed_atomic(run: RunContext, alias: str, *, savepoint: bool = True) -> Ite
     from django.db import connections, transaction
 
     connection = connections[alias]
-    blocks = runtime().part("django_blocks", OpenBlocks)
-    depth = blocks.get(connection, 0)
-    if depth == 0 and connection.in_atomic_block:
+    opened = open_blocks.get()
+    outermost = all(open_alias != alias for open_alias, _ in opened)
+    if outermost and connection.in_atomic_block:
         raise GafferError(
             f"self.atomic(): opened inside a transaction.atomic() block on {alias!r}; open "
             "self.atomic() first and nest transaction.atomic() inside it (its seal must be "
             "the last statement before the COMMIT)"
         )
+    if outermost and not connection.get_autocommit():
+        raise GafferError(
+            f"self.atomic(): DATABASES[{alias!r}] has AUTOCOMMIT off, so the block's end "
+            "does not commit and its seal would not be the last statement before the COMMIT"
+        )
     block = SealedBlock()
-    blocks[connection] = depth + 1
+    token = open_blocks.set((*opened, (alias, connection.vendor)))
     try:
         with transaction.atomic(using=alias, savepoint=savepoint):
+            if outermost:
+                # Registered first, so that it runs first: a later callback that raises
+                # cannot keep the run from learning that its key is completed.
+                transaction.on_commit(partial(_committed, run, block), using=alias)
             yield block
-            if depth == 0:
-                _seal(connection, alias, run, block.claim)
+            # A block marked for rollback (transaction.set_rollback) commits nothing:
+            # there is nothing to seal, and no statement may run.
+            if outermost and not transaction.get_rollback(using=alias):
+                _seal(connection, run, block)
     finally:
-        if depth == 0:
-            blocks.pop(connection, None)
-        else:
-            blocks[connection] = depth
+        open_blocks.reset(token)
 
 
-def _seal(connection: Any, alias: str, run: RunContext, claim: str | None) -> None:
-    from django.db import transaction
+def refuse_inside_sqlite_block(what: str) -> None:
+    """Raise GafferError when a ``self.atomic()`` block is open on SQLite in this thread:
+    ``what`` (a session, a lease) on Gaffer's own connection would wait for the block's
+    write lock until it timed out."""
+    for alias, vendor in open_blocks.get():
+        if vendor == "sqlite":
+            raise GafferError(
+                f"{what} inside self.atomic() on SQLite ({alias!r}) would wait for the "
+                "block's own write lock: take leases and make other writes before "
+                "opening self.atomic()"
+            )
 
-    plan = run.plan_seal(claim)
+
+def _seal(connection: Any, run: RunContext, block: SealedBlock) -> None:
+    plan = run.plan_seal(block.claim)
     django_statements.seal(
         connection,
         run.database.models,
@@ -139,4 +168,9 @@ def _seal(connection: Any, alias: str, run: RunContext, claim: str | None) -> No
         plan.fence,
         complete=plan.complete,
     )
-    transaction.on_commit(partial(run.sealed, claim if plan.claims else None), using=alias)
+    block.sealed, block.claimed = True, block.claim if plan.claims else None
+
+
+def _committed(run: RunContext, block: SealedBlock) -> None:
+    if block.sealed:
+        run.sealed(block.claimed)

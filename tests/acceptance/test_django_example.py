@@ -148,6 +148,9 @@ def ships_once(shop: Path, engine: Engine) -> None:
             {"key": f"order.shipped:{order_id}"},
         )
     assert (shipments, status, key_state) == (1, "shipped", "completed")
+    # The project's own tests, under Django's test runner, on a test database of its own.
+    tested = manage(shop, "test", "orders", "--no-input")
+    assert "OK" in tested.stderr, tested.stdout + tested.stderr
 
 
 def test_a_duplicate_delivery_ships_the_order_once_on_sqlite(

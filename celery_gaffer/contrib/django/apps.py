@@ -21,3 +21,11 @@ class GafferConfig(AppConfig):  # type: ignore[misc]  # Django ships no type hin
 
         checks.register(check_configuration, "gaffer")
         checks.register(check_tables, checks.Tags.database)
+
+        from django.db.models.signals import post_migrate
+
+        from .tables import migrate_gaffer_tables
+
+        post_migrate.connect(
+            migrate_gaffer_tables, sender=self, dispatch_uid="celery_gaffer.migrate_tables"
+        )

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...django_database import django_alias
 from ...exceptions import ConfigurationError
-from ...settings import settings_for
+from ...settings import table_prefix_of
 
 SETTING = "GAFFER_CELERY_APP"
 
@@ -27,7 +27,18 @@ def celery_app() -> Any:
         from celery.app import app_or_default
 
         # The app itself, not the current_app proxy: caches are keyed by app.
-        return app_or_default()
+        app = app_or_default()
+        wanted = getattr(settings, "CELERY_GAFFER_DATABASE_URL", None)
+        if wanted is not None and app.conf.get("gaffer_database_url") != wanted:
+            # Celery's fallback app, or another one: not the project's.
+            raise ConfigurationError(
+                f"{SETTING}: Celery's current app ({app.main}) does not read the Django "
+                "settings (its gaffer_database_url is not CELERY_GAFFER_DATABASE_URL); "
+                "import your Celery app in your project's __init__.py, as Celery's "
+                f"Django guide does, or set {SETTING} = 'proj.celery:app'",
+                field=SETTING,
+            )
+        return app
     return _load(path)
 
 
@@ -68,5 +79,7 @@ def gaffer_alias(app: Any | None = None) -> str | None:
 
 
 def table_prefix(app: Any | None = None) -> str:
-    """The app's ``gaffer_table_prefix`` (validated)."""
-    return settings_for(celery_app() if app is None else app).table_prefix
+    """The app's ``gaffer_table_prefix`` (validated). Only that key is read: the other
+    settings, the database URL among them, are read when first used (under Django's test
+    runner, once the test databases have replaced the others)."""
+    return table_prefix_of((celery_app() if app is None else app).conf)

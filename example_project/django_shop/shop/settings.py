@@ -79,6 +79,9 @@ def _database() -> dict[str, object]:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR / "shop.sqlite3",
             "OPTIONS": options,
+            # manage.py test: a file, which Gaffer's engine can open (not Django's default
+            # in-memory test database, which no other connection sees).
+            "TEST": {"NAME": VAR / "test_shop.sqlite3"},
         }
     parts = urlsplit(url)
     return {
@@ -119,6 +122,11 @@ CELERY_ACCEPT_CONTENT = ["json"]
 
 # The Gaffer tables live in DATABASES["default"], next to the orders.
 CELERY_GAFFER_DATABASE_URL = "django://default"
+# manage.py migrate (and so the test runner's test database) makes the Gaffer tables too.
+GAFFER_MIGRATE_WITH_DJANGO = True
+# manage.py test: closes Gaffer's own connections to the test database before Django
+# drops it (PostgreSQL refuses to drop a database that has connections).
+TEST_RUNNER = "celery_gaffer.contrib.django.testing.GafferTestRunner"
 CELERY_GAFFER_LEASE_TTL = 30
 
 CELERY_BEAT_SCHEDULE = {

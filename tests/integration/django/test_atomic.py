@@ -348,3 +348,65 @@ def test_under_debug_djangos_logging_cursors_take_the_statements_too(
     assert result.successful(), result.result
     assert result.result == 3
     assert effects(alias) == ["logged"]
+
+
+def test_a_block_marked_for_rollback_is_not_sealed_and_writes_nothing(
+    app: Celery, alias: str
+) -> None:
+    from django.db import transaction
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.undo")
+    def undo(self: GafferTask) -> None:
+        with self.atomic():
+            write(alias, "undone")
+            transaction.set_rollback(True, using=alias)
+
+    result = undo.apply()
+    assert result.successful(), result.result
+    assert effects(alias) == []
+
+
+def test_autocommit_off_is_refused_its_block_would_not_commit(app: Celery, alias: str) -> None:
+    from django.db import transaction
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.manual")
+    def manual(self: GafferTask) -> None:
+        with self.atomic():
+            write(alias, "never")
+
+    transaction.set_autocommit(False, using=alias)
+    try:
+        result = manual.apply()
+    finally:
+        transaction.rollback(using=alias)
+        transaction.set_autocommit(True, using=alias)
+    assert isinstance(result.result, GafferError)
+    assert "AUTOCOMMIT off" in str(result.result)
+    assert effects(alias) == []
+
+
+def test_a_lease_or_session_inside_the_block_is_refused_on_sqlite_at_once(
+    app: Celery, alias: str
+) -> None:
+    """On SQLite Gaffer's own connection would wait for the block's write lock (30 s,
+    then 'database is locked'); on PostgreSQL both are allowed."""
+
+    @app.task(base=GafferTask, bind=True, shared=False, name="t.inner")
+    def inner(self: GafferTask, what: str) -> None:
+        with self.atomic():
+            write(alias, what)
+            if what == "lease":
+                with self.lease("inner", ttl=30):
+                    pass
+            else:
+                with self.session():
+                    pass
+
+    for what in ("lease", "session"):
+        result = inner.apply(args=(what,))
+        if alias == "lite":
+            assert isinstance(result.result, GafferError), result.result
+            assert "inside self.atomic() on SQLite" in str(result.result)
+        else:
+            assert result.successful(), result.result
+    assert effects(alias) == ([] if alias == "lite" else ["lease", "session"])

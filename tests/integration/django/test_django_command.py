@@ -60,6 +60,21 @@ def test_an_unmigrated_gaffer_database_warns_w001_only_with_its_database(
     assert not empty_sqlite.exists()  # the check created no file
 
 
+def test_with_the_setting_djangos_migrate_makes_the_gaffer_tables_too(
+    empty_sqlite: Path,
+) -> None:
+    """GAFFER_MIGRATE_WITH_DJANGO: Django's migrate (and so its test runner's) migrates
+    the Gaffer tables of the Gaffer alias, and only of that alias."""
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    with override_settings(GAFFER_MIGRATE_WITH_DJANGO=True):
+        call_command("migrate", database="lite", verbosity=0)
+        assert ids(check_tables(databases=["empty"])) == ["gaffer.W001"]
+        call_command("migrate", database="empty", verbosity=0)
+    assert ids(check_tables(databases=["empty"])) == []
+
+
 def test_tables_behind_warn_w002_naming_both_revisions(empty_sqlite: Path) -> None:
     head = head_revision()
     older = shipped_revisions()[head]
@@ -124,6 +139,21 @@ def test_a_wrong_celery_app_path_is_e002_naming_the_setting(
     assert reason in messages[0].msg
 
 
+def test_without_the_setting_a_current_app_that_does_not_read_djangos_settings_is_e002(
+    django_project: Any,
+) -> None:
+    """Celery's fallback app (the project's __init__.py never imported its own) would
+    otherwise make its own gaffer.sqlite3 and migrate that."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(CELERY_GAFFER_DATABASE_URL="django://default"):
+        del settings.GAFFER_CELERY_APP
+        messages = check_configuration()
+    assert ids(messages) == ["gaffer.E002"]
+    assert "does not read the Django settings" in messages[0].msg
+
+
 def test_manage_py_gaffer_runs_in_its_own_process_with_the_exit_codes(
     django_project: Any, tmp_path: Path
 ) -> None:
@@ -159,3 +189,17 @@ def test_manage_py_gaffer_runs_in_its_own_process_with_the_exit_codes(
     assert checked.returncode == 0, checked.stderr
     assert "gaffer." not in checked.stdout + checked.stderr
     assert settings.DATABASES["default"]["NAME"] in django_project["postgresql"]
+
+
+def test_empty_gaffer_tables_leaves_every_gaffer_table_empty(gaffer_alias: str) -> None:
+    from celery_gaffer import ScheduleStore, every
+    from celery_gaffer.contrib.django.testing import empty_gaffer_tables
+
+    from .celery_app import app
+
+    store = ScheduleStore(app, check_tasks=False)
+    store.add("tested", "t.anything", every(60))
+    assert [stored.name for stored in store.list()] == ["tested"]
+    empty_gaffer_tables()
+    assert store.list() == []
+    assert store.audit("tested") == []

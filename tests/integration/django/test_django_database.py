@@ -92,6 +92,10 @@ def test_libpq_options_are_passed_on_and_djangos_own_are_not() -> None:
         (None, "has no alias 'other' (it has: default, empty, lite)"),
         ({"ENGINE": "django.db.backends.mysql", "NAME": "x"}, "uses django.db.backends.mysql"),
         ({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}, "in-memory SQLite"),
+        (
+            {"ENGINE": "django.db.backends.postgresql", "NAME": "x", "PORT": "fivefour"},
+            "['PORT'] is 'fivefour', not a port number",
+        ),
     ],
 )
 def test_a_bad_alias_is_one_clear_error_naming_the_key(entry: Any, message: str) -> None:
