@@ -8,7 +8,8 @@ Layers, lowest first; a module may import its own layer and the layers below it:
 2. ``store`` (the only package that builds SQL)
 3. ``fencing``, ``runs``, ``beat`` (``runs`` may use ``fencing``; nothing else crosses)
 4. adapters: ``task``, ``scheduler``, ``schedule_store``, ``schedule_sync``, ``cli``,
-   ``web``, ``importers``, ``contrib`` (the Django app), ``wiring``, ``__init__``. The
+   ``web``, ``importers``, ``contrib`` (the Django app), ``wiring``, ``testing`` and
+   ``pytest_plugin`` (the ``gaffer_beat`` fixture), ``__init__``. The
    console (``web``) never imports the command line (``cli``): what both need lives in a
    lower layer (``readable``, ``schedules.display``). The command line may import the
    console, to serve it.
@@ -50,6 +51,8 @@ ADAPTERS = {
     "web",
     "importers",
     "contrib",
+    "testing",
+    "pytest_plugin",
     "",
 }
 #: Allowed imports between middle-layer packages: (importer, imported).
