@@ -54,6 +54,8 @@ class NewFire:
     publish_count: int
     #: ``fire_key(schedule, nominal_at)``, when the caller has it already.
     key: str | None = None
+    #: Why a calendar skipped or moved it (see ``FireRow.reason``).
+    reason: str | None = None
 
 
 _FIRE_COLUMNS = (
@@ -66,6 +68,7 @@ _FIRE_COLUMNS = (
     ("publish_after", "datetime"),
     ("publish_count", "int"),
     ("created_at", "datetime"),
+    ("reason", "str"),
 )
 
 
@@ -94,6 +97,7 @@ def insert_fires(
                 "publish_after": fire.publish_after,
                 "publish_count": fire.publish_count,
                 "created_at": now,
+                "reason": fire.reason,
             }
         )
     returning = (table.c.id, table.c.schedule, table.c.nominal_at)
@@ -341,7 +345,9 @@ def latest_nominal(conn: Connection, models: Models, schedule: str, until: datet
     fires = models.Fire
     return conn.execute(
         select(func.max(fires.nominal_at)).where(
-            fires.schedule == schedule, fires.nominal_at <= until
+            fires.schedule == schedule,
+            fires.nominal_at <= until,
+            fires.state != FireState.SKIPPED,
         )
     ).scalar()
 
@@ -360,7 +366,11 @@ def latest_nominals(
     source = unnest((("schedule", "str"), ("until", "datetime")))
     newest = (
         select(func.max(fires.c.nominal_at))
-        .where(fires.c.schedule == source.c.schedule, fires.c.nominal_at <= source.c.until)
+        .where(
+            fires.c.schedule == source.c.schedule,
+            fires.c.nominal_at <= source.c.until,
+            fires.c.state != FireState.SKIPPED,
+        )
         .scalar_subquery()
     )
     stmt = select(source.c.schedule, newest)

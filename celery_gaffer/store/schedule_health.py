@@ -54,6 +54,8 @@ def health_columns(models: Models) -> list[Any]:
         table.c.end_at,
         table.c.max_runs,
         table.c.fired_count,
+        cast(table.c.skip_on, Text).label("skip_on"),
+        table.c.on_skip,
     ]
 
 
