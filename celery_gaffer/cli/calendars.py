@@ -6,10 +6,10 @@ import json
 
 import click
 
-from .base import OneLineGroup, actor_option, echo, gaffer_errors, store_of, table
+from .base import OneLineGroup, actor_option, echo, gaffer, gaffer_errors, store_of, table
 
 
-@click.group(name="calendars", cls=OneLineGroup)
+@gaffer.group(name="calendars", cls=OneLineGroup)
 def calendars() -> None:
     """Calendars of dates stored in the database, for schedules' skip_on."""
 

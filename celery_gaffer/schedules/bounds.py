@@ -39,6 +39,16 @@ class Bounds:
     calendar: CalendarRule | None = None
 
     @property
+    def skip_on(self) -> tuple[str, ...] | None:
+        """The ``skip_on`` calendars (None: none)."""
+        return None if self.calendar is None else self.calendar.skip_on
+
+    @property
+    def on_skip(self) -> str:
+        """What a fire on a ``skip_on`` date does: ``skip``, ``next_day``, ``previous_day``."""
+        return "skip" if self.calendar is None else self.calendar.on_skip
+
+    @property
     def bounded(self) -> bool:
         return (self.start_at, self.end_at, self.max_runs) != (None, None, None)
 

@@ -106,10 +106,16 @@ def insert_fires(
     for start in range(0, len(rows), CHUNK):
         part = rows[start : start + CHUNK]
         result: Iterable[Any]
+        # ``reason`` is written only when a fire has one (a calendar's): the same
+        # statement as before it existed otherwise.
+        reasons = any(row["reason"] is not None for row in part)
         if on_postgresql(conn):
-            arrays = {"b_" + name: [row[name] for row in part] for name, _ in _FIRE_COLUMNS}
-            result = conn.execute(_insert_statement(models), arrays).all()
+            names = _FIRE_COLUMNS if reasons else _FIRE_COLUMNS[:-1]
+            arrays = {"b_" + name: [row[name] for row in part] for name, _ in names}
+            result = conn.execute(_insert_statement(models, reasons), arrays).all()
         else:
+            if not reasons:
+                part = [{k: v for k, v in row.items() if k != "reason"} for row in part]
             stmt = sqlite.insert(table).on_conflict_do_nothing().returning(*returning)
             result = conn.execute(stmt, part)
         for fire_id, schedule, nominal_at in result:
@@ -129,20 +135,21 @@ def insert_fires(
     return inserted
 
 
-def _insert_statement(models: Models) -> Any:
+def _insert_statement(models: Models, reasons: bool) -> Any:
     """``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING`` (PostgreSQL),
     built once."""
 
     def build() -> Any:
         table = table_of(models.Fire)
+        columns = _FIRE_COLUMNS if reasons else _FIRE_COLUMNS[:-1]
         return (
             postgresql.insert(table)
-            .from_select([name for name, _ in _FIRE_COLUMNS], unnest_select(_FIRE_COLUMNS))
+            .from_select([name for name, _ in columns], unnest_select(columns))
             .on_conflict_do_nothing()
             .returning(table.c.id, table.c.schedule, table.c.nominal_at)
         )
 
-    return prebuilt(("fires-insert", models.prefix), build)
+    return prebuilt(("fires-insert", models.prefix, reasons), build)
 
 
 def _set_by_ids(models: Models, name: str, *, pending: bool = False, **values: Any) -> Any:

@@ -6,6 +6,7 @@ Real SQLite and PostgreSQL, real Redis; Beat in-process with an injected clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
 
@@ -150,3 +151,24 @@ def test_stored_calendars_through_the_store_and_the_cli(app: Celery, clock: Froz
     actions = [entry.action for entry in store.audit()]
     assert actions.count("calendar_add") == 1
     assert actions.count("calendar_remove") == 2
+
+
+def test_explain_shows_each_skipped_or_moved_fire_with_its_reason(app: Celery) -> None:
+    store = ScheduleStore(app)
+    store.add_calendar("freeze", ["2026-12-23"])
+    store.add(
+        "weekdays", "t.noop", cron("0 9 * * *", "Europe/London"),
+        gaffer={"skip_on": ["holidays:GB", "freeze"], "on_skip": "next_day"},
+    )  # fmt: skip
+    result = gaffer_cli(app, "explain", "weekdays", "--from", "2026-12-22", "--count", "8")
+    assert result.exit_code == 0, result.stderr
+    lines = result.output.splitlines()
+    boxing = lines.index(
+        "   calendar: 2026-12-28: Boxing Day (observed), holidays:GB → moved to 2026-12-29"
+    )
+    assert lines[boxing - 1].startswith("Mon 2026-12-28 09:00 GMT")
+    assert "   calendar: 2026-12-23: in freeze → moved to 2026-12-24" in lines
+    assert "   calendar: 2026-12-25: Christmas Day, holidays:GB → moved to 2026-12-27" in lines
+    as_json = json.loads(gaffer_cli(app, "explain", "weekdays", "--from", "2026-12-22",
+                                    "--json").output)  # fmt: skip
+    assert as_json["calendar"][0] == "2026-12-23: in freeze → moved to 2026-12-24"
