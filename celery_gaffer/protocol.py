@@ -111,6 +111,7 @@ class FireState(StrEnum):
     UNCONFIRMED = "unconfirmed"  # published the most times and never started
     MISSED = "missed"  # older than its starting deadline: never sent
     CANCELLED = "cancelled"  # its schedule was removed before it was published
+    SKIPPED = "skipped"  # on a date of one of its schedule's calendars (``reason`` says which)
 
 
 class FireKind(StrEnum):

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from . import schedule_sync
 from .beat import triggers
 from .exceptions import GafferError, InvalidInput, ScheduleExists
+from .schedule_calendars import CalendarMethods
 from .schedule_reads import NOTE_LENGTH, ScheduleReads, backfillable, check_editable, checked_note
 from .schedules import watermarks
 from .schedules.changes import ScheduleChanges
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class ScheduleStore(ScheduleReads):
+class ScheduleStore(CalendarMethods, ScheduleReads):
     """Schedules from code (source ``db``); the CLI is a thin layer over this class.
 
     Its writes are recorded in the audit log as made by ``actor`` (None: the OS user)
@@ -172,6 +173,7 @@ class ScheduleStore(ScheduleReads):
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
             spec, start, _ = self._edited(current, changes, now)
+            spec = self._with_calendars(conn, spec)
             values = columns(spec, start.watermark_at, now, start.fired_count)
             rows.update_schedule(conn, self._models, name, values)
             return self._recorded(conn, "update", current, now, note)
@@ -384,6 +386,7 @@ class ScheduleStore(ScheduleReads):
         replace: bool,
     ) -> StoredSchedule:
         """``add``'s write of a validated ``spec``, in the caller's transaction."""
+        spec = self._with_calendars(conn, spec)
         existing = self._row(conn, spec.name, lock=True)
         if existing is not None:
             if not replace:

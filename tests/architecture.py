@@ -45,6 +45,7 @@ ADAPTERS = {
     "scheduler",
     "schedule_store",
     "schedule_reads",
+    "schedule_calendars",
     "schedule_sync",
     "cli",
     "wiring",

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -33,12 +33,13 @@ from ..store import Database
 from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
+from ..store.calendars import load_calendars
 from ..store.fires import Fire
 from ..store.pipelined import committing
 from ..store.schedules import DueSchedule, Payload
 from .catchup import decide
 from .held import HOLD_AHEAD
-from .plan import RowPlan, log_decision, plan_row, recount
+from .plan import RowPlan, log_decision, plan_row, recount, with_stored_calendars
 from .redelivery import claim_unconfirmed
 from .rows import ErrorMove, RowChecks, record_moves
 
@@ -114,11 +115,20 @@ class Dispatcher:
             bounded: dict[str, tuple[DueSchedule, ScheduleSpec, dict[str, Any]]] = {}
             payloads: dict[str, Payload] = {}
             moves: list[ErrorMove] = []
+            stored: list[Mapping[str, frozenset[date]]] = []
+
+            def calendars() -> Mapping[str, frozenset[date]]:
+                # Loaded once a batch, by the first schedule that names a stored one.
+                if not stored:
+                    stored.append(load_calendars(conn, self.database.models))
+                return stored[0]
+
             for row in due:
                 # Whatever one row holds, only that schedule goes to error: the others
                 # of the batch, and Beat, go on.
                 try:
                     spec, payload = self.rows.usable(row, self.app.tasks)
+                    spec = with_stored_calendars(spec, calendars)
                     bounds = spec.policy.bounds
                     window = bounds.window(
                         spec.schedule, fired=row.fired_count, watermark=row.watermark_at

@@ -22,15 +22,17 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..exceptions import one_line
+from ..exceptions import GafferError, one_line
 from ..protocol import STORED_HEALTH
 from ..protocol import Health as State
 from ..schedules.bounds import Bounds, Window
+from ..schedules.calendars import CalendarRule, stored_rule
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..settings import GafferSettings
 from ..signals import job_failing, job_late, job_recovered
 from ..store import alerts, schedule_health
 from ..store import fires as ledger
+from ..store.calendars import load_calendars
 from ..store.database import Database
 from ..store.models import Models
 from ..store.schedule_rows import decode_json
@@ -142,7 +144,9 @@ def evaluate(
         return Health(state=State.PAUSED, due_nominal_at=None, **facts), None
     grace = _grace(row, settings)
     # A bounded schedule is expected to fire only inside its bounds.
-    bounds = Bounds(row["start_at"], row["end_at"], row["max_runs"])
+    # Fires its calendars skip are not expected (never late).
+    calendar = _calendar(conn, models, row)
+    bounds = Bounds(row["start_at"], row["end_at"], row["max_runs"], calendar)
     window = bounds.window(schedule, fired=row["fired_count"], watermark=row["watermark_at"])
     due = latest_due_fire(
         conn, models, row["name"], window, row["watermark_at"], now - grace, ledger_latest
@@ -154,6 +158,19 @@ def evaluate(
     following = window.next_after(now - grace)
     check_at = None if following is None else following + grace
     return Health(state=state, due_nominal_at=due, **facts), check_at
+
+
+def _calendar(conn: Connection, models: Models, row: Mapping[Any, Any]) -> CalendarRule | None:
+    try:
+        rule = stored_rule(decode_json(row.get("skip_on")), row.get("on_skip"))
+    except ValueError:
+        return None
+    if rule is None or not rule.stored_names:
+        return rule
+    try:
+        return rule.with_stored(load_calendars(conn, models, rule.stored_names))
+    except GafferError:  # removed since: Beat puts the schedule in error on its next fire
+        return rule
 
 
 def _grace(row: Mapping[Any, Any], settings: GafferSettings) -> timedelta:

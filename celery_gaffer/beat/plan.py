@@ -8,8 +8,9 @@ change, :func:`recount` corrects a bounded schedule's next fire after the insert
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from ..exceptions import GafferError
@@ -54,27 +55,41 @@ def plan_row(
     """
     fires: list[NewFire] = []
     holds: dict[str, tuple[datetime, datetime]] = {}
+    view = schedule.calendar if isinstance(schedule, Window) else None
+    pending = FireState.PENDING
     for nominal in decision.send:
         key = fire_key(row.name, nominal)
         send_at = schedule.send_at(key, nominal)
+        moved = None if view is None else view.moved_here(nominal)
+        reason = None if moved is None else moved.text
         if send_at <= now:
             fires.append(
-                NewFire(
-                    row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, republish_at, 1, key
-                )
+                NewFire(row.name, nominal, _SCHEDULED, pending, republish_at, 1, key, reason)
             )
         elif hold_until is not None and send_at <= hold_until:
             claimed_until = republish_at + (send_at - now)
             holds[key] = (send_at, claimed_until)
             fires.append(
-                NewFire(
-                    row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, claimed_until, 1, key
-                )
+                NewFire(row.name, nominal, _SCHEDULED, pending, claimed_until, 1, key, reason)
             )
         else:
-            fires.append(
-                NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.PENDING, send_at, 0, key)
-            )
+            fires.append(NewFire(row.name, nominal, _SCHEDULED, pending, send_at, 0, key, reason))
+    if isinstance(schedule, Window):
+        # The fires its calendars skip, recorded as such (the moved ones are sent at the
+        # time they were moved to, with the reason).
+        for fate in schedule.fates_between(row.watermark_at, decision.watermark):
+            if fate.moved_to is None:
+                fires.append(
+                    NewFire(
+                        row.name,
+                        fate.nominal,
+                        _SCHEDULED,
+                        FireState.SKIPPED,
+                        now,
+                        0,
+                        reason=fate.text,
+                    )
+                )
     missed_runs = []
     for nominal in decision.missed:
         fires.append(NewFire(row.name, nominal, FireKind.SCHEDULED, FireState.MISSED, now, 0))
@@ -122,6 +137,23 @@ def missed_run(
         "finished_at": now,
         "updated_at": now,
     }
+
+
+_SCHEDULED = FireKind.SCHEDULED
+
+
+def with_stored_calendars(
+    spec: ScheduleSpec, load: Callable[[], Mapping[str, frozenset[date]]]
+) -> ScheduleSpec:
+    """``spec`` with the dates of the stored calendars its ``skip_on`` names (``load``
+    gives every stored calendar, called only when it names one); InvalidInput naming
+    ``gaffer.skip_on`` when one does not exist."""
+    bounds = spec.policy.bounds
+    rule = bounds.calendar
+    if rule is None or not rule.stored_names:
+        return spec
+    policy = replace(spec.policy, bounds=replace(bounds, calendar=rule.with_stored(load())))
+    return replace(spec, policy=policy)
 
 
 #: Parsed schedules and validated payloads kept by :func:`usable_row`, by stored text.
@@ -179,6 +211,8 @@ def usable_row(
             "end_at": row.end_at,
             "max_runs": row.max_runs,
             "ping_url": row.ping_url,
+            "skip_on": decode_json(row.skip_on, "skip_on"),
+            "on_skip": row.on_skip,
         },
     )
     parts[schedule_key] = schedule
@@ -192,7 +226,8 @@ def stored_entry(row: DueSchedule) -> tuple[Any, ...]:
     return (
         row.task, str(row.args), str(row.kwargs), str(row.options), row.catchup,
         row.overlap, row.starting_deadline, row.grace, row.start_at, row.end_at,
-        row.max_runs, row.ping_url,
+        row.max_runs, row.ping_url, None if row.skip_on is None else str(row.skip_on),
+        row.on_skip,
     )  # fmt: skip
 
 

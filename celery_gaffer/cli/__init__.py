@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "schedules:backfill",
         "Send the fires F of NAME with FROM < F <= TO that were never sent.",
     ),
+    "calendars": (
+        "calendars:calendars",
+        "Calendars of dates stored in the database, for schedules' skip_on.",
+    ),
     "cleanup": (
         "observe:cleanup_command",
         "Delete run records, ledger rows and completed keys past their retention.",

@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..exceptions import GafferError, InvalidInput
 from ..protocol import loads_json
 from ..schedule_store import ScheduleStore
+from ..schedules.calendars import ON_SKIP
 from ..schedules.display import describe as describe
 from ..schedules.spec import CATCHUP_POLICIES, OVERLAP_POLICIES
 from ..store import Database, database_for
@@ -264,6 +265,19 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help="Pinged when a run starts (/start), succeeds and fails (/fail), "
             "healthchecks.io style.",
         ),
+        click.option(
+            "--skip-on",
+            multiple=True,
+            help="A calendar whose dates get no fire: weekends, holidays:GB, holidays:US-CA "
+            "or a stored calendar (repeat for several).",
+        ),
+        click.option(
+            "--on-skip",
+            type=click.Choice(ON_SKIP),
+            default=None,
+            help="A fire on a --skip-on date: skip it, or move it to the next_day or "
+            "previous_day not in them, at the same local time (default: skip).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -273,13 +287,17 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
 #: The keyword arguments :func:`policy_options` adds.
 POLICY_PARAMETERS = (
     "catchup", "overlap", "starting_deadline", "grace", "start_at", "end_at", "max_runs",
-    "ping_url",
+    "ping_url", "skip_on", "on_skip",
 )  # fmt: skip
 
 
 def policy_of(values: dict[str, Any]) -> dict[str, Any]:
     """The ``gaffer`` options given on the command line (those not given are left out)."""
     policy = {key: values[key] for key in POLICY_PARAMETERS if values.get(key) is not None}
+    if "skip_on" in policy:  # a repeatable option: () when not given
+        policy["skip_on"] = list(policy["skip_on"])
+        if not policy["skip_on"]:
+            del policy["skip_on"]
     for key in ("start_at", "end_at"):
         if key in policy:
             policy[key] = aware_option(policy[key], "--" + key.replace("_", "-"))

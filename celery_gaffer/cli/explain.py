@@ -7,11 +7,13 @@ schedule. The work is done by :mod:`celery_gaffer.schedules.explain` (pure).
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import click
 
 from ..clock import utcnow
 from ..exceptions import InvalidInput
+from ..schedules.calendars import CalendarView, Fate
 from ..schedules.explain import (
     MAX_COUNT,
     RULE_TEXT,
@@ -61,6 +63,7 @@ def explain(
     """The next fires of schedule NAME (or of --cron EXPR --tz ZONE, or --every SECONDS),
     in its zone and in UTC, and what every DST change among them does to it."""
     schedule, enabled = _schedule(ctx, name, cron_expr, tz, every_seconds)
+    view = None if name is None else _calendar_view(ctx, name, schedule)
     count = _count(count_text)
     zone = tz if isinstance(schedule, Every) else schedule.tz if isinstance(schedule, At) else None
     if around is not None and start_text is not None:
@@ -71,11 +74,13 @@ def explain(
         shown_in = schedule.tz if isinstance(schedule, (Cron, At)) else (tz or "UTC")
         start = utcnow() if start_text is None else parse_start(start_text, shown_in)
         explanation = explain_schedule(schedule, start, count, zone=zone)
+    fates = _fates(view, explanation)
     if as_json:
         extra = {"name": name, "enabled": enabled, "jitter": schedule.jitter}
-        echo(json.dumps({**extra, **explanation.to_json()}))
+        calendar = {"calendar": [fate.text for fate in fates.values()]} if view else {}
+        echo(json.dumps({**extra, **explanation.to_json(), **calendar}))
         return
-    _print(explanation, name)
+    _print(explanation, name, fates)
     if schedule.jitter:
         echo(
             f"note: jitter: each fire is sent up to {schedule.jitter:g}s after the nominal"
@@ -119,6 +124,26 @@ def _schedule(
     return every(seconds), True
 
 
+def _calendar_view(ctx: click.Context, name: str, schedule: Schedule) -> CalendarView | None:
+    """The stored schedule's calendars applied to it, if it has any."""
+    store = store_of(ctx, check_tasks=False)
+    rule = store.get(name).policy.bounds.calendar
+    if rule is None or isinstance(schedule, At):
+        return None
+    if rule.stored_names:
+        stored = store.calendars()
+        rule = rule.with_stored({n: stored.get(n, []) for n in rule.stored_names})
+    return CalendarView(schedule, rule)
+
+
+def _fates(view: CalendarView | None, explanation: Explanation) -> dict[datetime, Fate]:
+    """The listed fires the calendars skip or move, by fire."""
+    if view is None or not explanation.fires:
+        return {}
+    first, last = explanation.fires[0].utc, explanation.fires[-1].utc
+    return {fate.nominal: fate for fate in view.fates_between(first - timedelta(seconds=1), last)}
+
+
 def _count(text: str) -> int:
     try:
         count = int(text)
@@ -131,7 +156,10 @@ def _count(text: str) -> int:
     return count
 
 
-def _print(explanation: Explanation, name: str | None) -> None:
+def _print(
+    explanation: Explanation, name: str | None, fates: dict[datetime, Fate] | None = None
+) -> None:
+    fates = fates or {}
     prefix = f"{name}: " if name else ""
     echo(f"{prefix}{explanation.summary}")
     if not explanation.fires:
@@ -146,8 +174,9 @@ def _print(explanation: Explanation, name: str | None) -> None:
     if rows:
         echo(line(header))
     if isinstance(explanation.schedule, (Every, At)):
-        for row in rows:
+        for fire, row in zip(explanation.fires, rows, strict=True):
             echo(line(row))
+            _print_fate(fates.get(fire.utc))
         changes = len(explanation.transitions)
         noun, verb = ("change", "moves") if changes == 1 else ("changes", "move")
         echo(
@@ -160,8 +189,14 @@ def _print(explanation: Explanation, name: str | None) -> None:
         while pending and pending[0].at <= fire.utc:
             _print_change(pending.pop(0))
         echo(line(row))
+        _print_fate(fates.get(fire.utc))
     for change in pending:
         _print_change(change)
+
+
+def _print_fate(fate: Fate | None) -> None:
+    if fate is not None:
+        echo(f"   calendar: {fate.text}")
 
 
 def _print_change(change: Transition) -> None:

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..exceptions import InvalidInput
+from .calendars import CalendarRule, CalendarView, Fate
 from .cron_engine import aware_utc
 from .kinds import UTC, At, Every, Schedule
 
@@ -33,6 +34,19 @@ class Bounds:
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runs: int | None = None
+    #: The ``skip_on`` calendars and ``on_skip`` (:mod:`.calendars`), if any: the window
+    #: applies them too.
+    calendar: CalendarRule | None = None
+
+    @property
+    def skip_on(self) -> tuple[str, ...] | None:
+        """The ``skip_on`` calendars (None: none)."""
+        return None if self.calendar is None else self.calendar.skip_on
+
+    @property
+    def on_skip(self) -> str:
+        """What a fire on a ``skip_on`` date does: ``skip``, ``next_day``, ``previous_day``."""
+        return "skip" if self.calendar is None else self.calendar.on_skip
 
     @property
     def bounded(self) -> bool:
@@ -49,6 +63,8 @@ class Bounds:
         end = self.end_at
         if self.runs_left(fired) == 0:
             end = watermark if end is None else min(end, watermark)
+        if self.calendar is not None:
+            return Window(CalendarView(schedule, self.calendar), self.start_at, end)
         if self.start_at is None and end is None:
             return schedule
         return Window(schedule, self.start_at, end)
@@ -65,7 +81,10 @@ class Window:
     with the fires inside (see :class:`Bounds`)."""
 
     def __init__(
-        self, schedule: Schedule, start_at: datetime | None, end_at: datetime | None
+        self,
+        schedule: Schedule | CalendarView,
+        start_at: datetime | None,
+        end_at: datetime | None,
     ) -> None:
         self.schedule = schedule
         # Fires are whole seconds and "after t" truncates t to its second: "after" the
@@ -122,6 +141,22 @@ class Window:
 
     def send_at(self, key: str, nominal: datetime) -> datetime:
         return self.schedule.send_at(key, nominal)
+
+    @property
+    def calendar(self) -> CalendarView | None:
+        """The calendar view it sees the schedule through, if any."""
+        return self.schedule if isinstance(self.schedule, CalendarView) else None
+
+    def fates_between(self, start: datetime, end: datetime) -> list[Fate]:
+        """The plain schedule's fires in ``(start, end]`` and inside the bounds that its
+        calendar skips or moves (:meth:`.CalendarView.fates_between`)."""
+        view = self.calendar
+        if view is None:
+            return []
+        after, until = self._clip(start, aware_utc(end, "end"))
+        if until <= after:
+            return []
+        return view.fates_between(after, until)
 
 
 def _instant(value: Any, field_name: str) -> datetime | None:

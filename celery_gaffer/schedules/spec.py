@@ -12,7 +12,7 @@ import re
 import string
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,9 +30,10 @@ from ..protocol import (
     loads_json,
 )
 from .bounds import BOUND_KEYS, Bounds, validate_bounds
+from .calendars import validate_calendars
 from .celery_beat import crontab_refusal
 from .codecs import codec_problem
-from .kinds import MAX_DELAY_SECONDS, Schedule, as_schedule
+from .kinds import MAX_DELAY_SECONDS, Cron, Every, Schedule, as_schedule
 
 CATCHUP_POLICIES = tuple(str(policy) for policy in Catchup)
 OVERLAP_POLICIES = tuple(str(policy) for policy in Overlap)
@@ -44,6 +45,8 @@ _GAFFER_KEYS = (
     "enabled",
     *BOUND_KEYS,
     "ping_url",
+    "skip_on",
+    "on_skip",
 )
 
 #: Largest ``args``, ``kwargs`` or ``options`` of a schedule, as JSON text (bytes).
@@ -424,7 +427,7 @@ def validate_policy(gaffer: Mapping[str, Any] | None) -> Policy:
         overlap=overlap,
         grace=_optional_seconds(gaffer.get("grace"), "gaffer.grace", allow_zero=True),
         enabled=enabled,
-        bounds=validate_bounds(gaffer),
+        bounds=replace(validate_bounds(gaffer), calendar=validate_calendars(gaffer)),
         ping_url=_ping_url(gaffer.get("ping_url")),
     )
 
@@ -478,6 +481,11 @@ def validate_entry(
     if not isinstance(kwargs, Mapping):
         raise InvalidInput(f"kwargs: expected a dict, got {type(kwargs).__name__}", field="kwargs")
     options = validate_options(options)
+    policy = validate_policy(gaffer)
+    if policy.bounds.calendar is not None and not isinstance(parsed, (Cron, Every)):
+        raise InvalidInput(
+            "gaffer.skip_on: a one-off (at) schedule takes no calendar", field="gaffer.skip_on"
+        )
     args, args_text = json_text(list(args), "args")
     kwargs, kwargs_text = json_text(dict(kwargs), "kwargs")
     options, options_text = json_text(dict(options), "options")
@@ -488,7 +496,7 @@ def validate_entry(
         args=args,
         kwargs=kwargs,
         options=options,
-        policy=validate_policy(gaffer),
+        policy=policy,
         json_texts=(args_text, kwargs_text, options_text),
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ..schedules.calendars import rule_options
 from ..settings import masked_ping_url
 from .schedule_rows import StoredSchedule
 
@@ -28,6 +29,8 @@ FIELDS = (
     "end_at",
     "max_runs",
     "ping_url",
+    "skip_on",
+    "on_skip",
     "enabled",
     "error",
     "paused_note",
@@ -57,6 +60,7 @@ def fields_of(stored: StoredSchedule) -> dict[str, Any]:
         "end_at": _plain(bounds.end_at),
         "max_runs": bounds.max_runs,
         "ping_url": None if policy.ping_url is None else masked_ping_url(policy.ping_url),
+        **rule_options(bounds.calendar),
         "enabled": policy.enabled,
         "error": stored.error,
         "paused_note": stored.paused_note,

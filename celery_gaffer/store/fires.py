@@ -54,6 +54,8 @@ class NewFire:
     publish_count: int
     #: ``fire_key(schedule, nominal_at)``, when the caller has it already.
     key: str | None = None
+    #: Why a calendar skipped or moved it (see ``FireRow.reason``).
+    reason: str | None = None
 
 
 _FIRE_COLUMNS = (
@@ -66,6 +68,7 @@ _FIRE_COLUMNS = (
     ("publish_after", "datetime"),
     ("publish_count", "int"),
     ("created_at", "datetime"),
+    ("reason", "str"),
 )
 
 
@@ -94,6 +97,7 @@ def insert_fires(
                 "publish_after": fire.publish_after,
                 "publish_count": fire.publish_count,
                 "created_at": now,
+                "reason": fire.reason,
             }
         )
     returning = (table.c.id, table.c.schedule, table.c.nominal_at)
@@ -102,10 +106,16 @@ def insert_fires(
     for start in range(0, len(rows), CHUNK):
         part = rows[start : start + CHUNK]
         result: Iterable[Any]
+        # ``reason`` is written only when a fire has one (a calendar's): the same
+        # statement as before it existed otherwise.
+        reasons = any(row["reason"] is not None for row in part)
         if on_postgresql(conn):
-            arrays = {"b_" + name: [row[name] for row in part] for name, _ in _FIRE_COLUMNS}
-            result = conn.execute(_insert_statement(models), arrays).all()
+            names = _FIRE_COLUMNS if reasons else _FIRE_COLUMNS[:-1]
+            arrays = {"b_" + name: [row[name] for row in part] for name, _ in names}
+            result = conn.execute(_insert_statement(models, reasons), arrays).all()
         else:
+            if not reasons:
+                part = [{k: v for k, v in row.items() if k != "reason"} for row in part]
             stmt = sqlite.insert(table).on_conflict_do_nothing().returning(*returning)
             result = conn.execute(stmt, part)
         for fire_id, schedule, nominal_at in result:
@@ -125,20 +135,21 @@ def insert_fires(
     return inserted
 
 
-def _insert_statement(models: Models) -> Any:
+def _insert_statement(models: Models, reasons: bool) -> Any:
     """``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING`` (PostgreSQL),
     built once."""
 
     def build() -> Any:
         table = table_of(models.Fire)
+        columns = _FIRE_COLUMNS if reasons else _FIRE_COLUMNS[:-1]
         return (
             postgresql.insert(table)
-            .from_select([name for name, _ in _FIRE_COLUMNS], unnest_select(_FIRE_COLUMNS))
+            .from_select([name for name, _ in columns], unnest_select(columns))
             .on_conflict_do_nothing()
             .returning(table.c.id, table.c.schedule, table.c.nominal_at)
         )
 
-    return prebuilt(("fires-insert", models.prefix), build)
+    return prebuilt(("fires-insert", models.prefix, reasons), build)
 
 
 def _set_by_ids(models: Models, name: str, *, pending: bool = False, **values: Any) -> Any:
@@ -341,7 +352,9 @@ def latest_nominal(conn: Connection, models: Models, schedule: str, until: datet
     fires = models.Fire
     return conn.execute(
         select(func.max(fires.nominal_at)).where(
-            fires.schedule == schedule, fires.nominal_at <= until
+            fires.schedule == schedule,
+            fires.nominal_at <= until,
+            fires.state != FireState.SKIPPED,
         )
     ).scalar()
 
@@ -360,7 +373,11 @@ def latest_nominals(
     source = unnest((("schedule", "str"), ("until", "datetime")))
     newest = (
         select(func.max(fires.c.nominal_at))
-        .where(fires.c.schedule == source.c.schedule, fires.c.nominal_at <= source.c.until)
+        .where(
+            fires.c.schedule == source.c.schedule,
+            fires.c.nominal_at <= source.c.until,
+            fires.c.state != FireState.SKIPPED,
+        )
         .scalar_subquery()
     )
     stmt = select(source.c.schedule, newest)

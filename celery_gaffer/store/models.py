@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Date,
     Float,
     Index,
     Integer,
@@ -76,6 +77,9 @@ class ScheduleRow:
     fired_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Pinged (healthchecks.io style) by the worker when a fire's run starts and ends.
     ping_url: Mapped[str | None] = mapped_column(String(PING_URL_LENGTH), nullable=True)
+    # Business calendars (``gaffer`` options): fires on their dates skipped or moved.
+    skip_on: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    on_skip: Mapped[str | None] = mapped_column(String(12), nullable=True)
     # Health, kept current by the run recorder and Beat's health check.
     health: Mapped[str] = mapped_column(String(8), default="ok")
     check_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
@@ -109,6 +113,9 @@ class FireRow:
     publish_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: Why a calendar skipped or moved it ("2026-12-28: Boxing Day (observed), holidays:GB
+    #: → skipped"), else NULL.
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:
@@ -245,6 +252,14 @@ class BeatRow:
     last_tick_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class CalendarDayRow:
+    """One date of a calendar stored in the database (``celery gaffer calendars add``);
+    a calendar exists while it has a date."""
+
+    calendar: Mapped[str] = mapped_column(String(64), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Models:
     """The mapped classes and metadata of one table prefix."""
@@ -260,6 +275,7 @@ class Models:
     Alert: type[AlertRow]
     Audit: type[AuditRow]
     Beat: type[BeatRow]
+    CalendarDay: type[CalendarDayRow]
 
     @property
     def version_table(self) -> str:
@@ -301,6 +317,9 @@ def models_for(prefix: str = "gaffer_") -> Models:
     class Beat(BeatRow, Base):
         __tablename__ = f"{prefix}beats"
 
+    class CalendarDay(CalendarDayRow, Base):
+        __tablename__ = f"{prefix}calendar_days"
+
     return Models(
         prefix=prefix,
         metadata=Base.metadata,
@@ -313,6 +332,7 @@ def models_for(prefix: str = "gaffer_") -> Models:
         Alert=Alert,
         Audit=Audit,
         Beat=Beat,
+        CalendarDay=CalendarDay,
     )
 
 

@@ -149,6 +149,8 @@ _INSERT_COLUMNS = (
     ("max_runs", "int"),
     ("fired_count", "int"),
     ("ping_url", "str"),
+    ("skip_on", "text"),
+    ("on_skip", "str"),
     ("health", "str"),
     ("check_at", "datetime"),
     ("consecutive_failures", "int"),

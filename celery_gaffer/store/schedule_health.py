@@ -24,7 +24,7 @@ from sqlalchemy import (
     type_coerce,
 )
 
-from ..protocol import Health
+from ..protocol import FireState, Health
 from .arrays import on_postgresql, update_many
 from .models import Models, table_of
 from .schedule_rows import readable_columns
@@ -54,6 +54,8 @@ def health_columns(models: Models) -> list[Any]:
         table.c.end_at,
         table.c.max_runs,
         table.c.fired_count,
+        cast(table.c.skip_on, Text).label("skip_on"),
+        table.c.on_skip,
     ]
 
 
@@ -156,7 +158,11 @@ def survey_rows(
     fires = table_of(models.Fire)
     newest = (
         select(func.max(fires.c.nominal_at))
-        .where(fires.c.schedule == table.c.name, fires.c.nominal_at <= until)
+        .where(
+            fires.c.schedule == table.c.name,
+            fires.c.nominal_at <= until,
+            fires.c.state != FireState.SKIPPED,  # a calendar's: never expected to run
+        )
         .scalar_subquery()
     )
     sane = grace.between(-_SANE_GRACE, _SANE_GRACE)
@@ -218,6 +224,8 @@ SURVEY_COLUMNS = (
     "end_at",
     "max_runs",
     "fired_count",
+    "skip_on",
+    "on_skip",
     "stored_ok",
     "ledger_latest",
 )

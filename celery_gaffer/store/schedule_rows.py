@@ -15,6 +15,7 @@ from ..exceptions import GafferError, InvalidInput
 from ..protocol import loads_json
 from ..schedules import watermarks
 from ..schedules.bounds import Bounds
+from ..schedules.calendars import rule_options, stored_rule
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec
 from ..settings import masked_ping_url
@@ -151,12 +152,20 @@ def columns(
         "end_at": bounds.end_at,
         "max_runs": bounds.max_runs,
         "ping_url": spec.policy.ping_url,
+        **_calendar_columns(spec, bulk=timings is not None),
         "watermark_at": watermark,
         "next_fire_at": next_fire_at,
         "check_at": next_fire_at,
         "error": None,
         "updated_at": now,
     }
+
+
+def _calendar_columns(spec: ScheduleSpec, *, bulk: bool) -> dict[str, Any]:
+    found = rule_options(spec.policy.bounds.calendar)
+    if bulk and found["skip_on"] is not None:
+        found["skip_on"] = JSONText(json.dumps(found["skip_on"]))
+    return found
 
 
 def _text(value: list[Any] | dict[str, Any], known: str | None) -> JSONText:
@@ -183,6 +192,7 @@ def policy_dict(policy: Policy) -> dict[str, Any]:
         "end_at": policy.bounds.end_at,
         "max_runs": policy.bounds.max_runs,
         "ping_url": policy.ping_url,
+        **rule_options(policy.bounds.calendar),
     }
 
 
@@ -217,7 +227,7 @@ def differs(current: StoredSchedule, spec: ScheduleSpec) -> bool:
 def readable_columns(table: Table) -> list[Any]:
     # JSON read as text (a CAST: psycopg would decode it itself, unbounded), so that a
     # hand-corrupted row can be listed and reported.
-    json_columns = ("schedule", "args", "kwargs", "options")
+    json_columns = ("schedule", "args", "kwargs", "options", "skip_on")
     return [
         cast(column, Text).label(column.name) if column.name in json_columns else column
         for column in table.c
@@ -257,7 +267,7 @@ def stored(row: Mapping[Any, Any]) -> StoredSchedule:
             overlap=row["overlap"],
             grace=row["grace"],
             enabled=row["enabled"],
-            bounds=Bounds(row["start_at"], row["end_at"], row["max_runs"]),
+            bounds=Bounds(row["start_at"], row["end_at"], row["max_runs"], _stored_calendar(row)),
             ping_url=row["ping_url"],
         ),
         source=row["source"],
@@ -269,3 +279,12 @@ def stored(row: Mapping[Any, Any]) -> StoredSchedule:
         paused_note=row.get("paused_note"),
         paused_until=row.get("paused_until"),
     )
+
+
+def _stored_calendar(row: Mapping[Any, Any]) -> Any:
+    """A row's calendar rule; None when it has none or its ``skip_on`` is unreadable."""
+    try:
+        skip_on = decode_json(row.get("skip_on"), "skip_on")
+    except ValueError:
+        return None
+    return stored_rule(skip_on, row.get("on_skip"))

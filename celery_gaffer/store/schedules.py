@@ -59,6 +59,8 @@ class DueSchedule:
     max_runs: int | None = None
     fired_count: int = 0
     ping_url: str | None = None
+    skip_on: Any = None
+    on_skip: str | None = None
 
 
 def claim_due_schedules(
@@ -102,6 +104,8 @@ def _due_statement(models: Models, postgresql: bool) -> Any:
                 s.max_runs,
                 s.fired_count,
                 s.ping_url,
+                cast(s.skip_on, Text),
+                s.on_skip,
             )
             .where(s.next_fire_at <= bindparam("now", type_=s.next_fire_at.type))
             .order_by(s.next_fire_at)
