@@ -6,12 +6,14 @@ operation's own rules, writing nothing), the schedules and the audit log.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
+from .beat.plan import with_stored_calendars
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleNotFound
 from .protocol import Health
@@ -30,6 +32,7 @@ from .schedules.spec import ScheduleSpec, validate_entry, validate_name
 from .store import Database, database_for
 from .store import schedules as rows
 from .store.audit import Actor, AuditEntry, default_actor, entries
+from .store.calendars import load_calendars
 from .store.previews import ledger_nominals
 from .store.schedule_rows import StoredSchedule, columns, policy_dict
 
@@ -73,11 +76,17 @@ class ScheduleReads:
         raises (a schedule still in error, say)."""
         now = self._clock()
         with self.database.read() as conn:
-            current = self._require(conn, name)
+            current = self._with_dates(conn, self._require(conn, name))
         values = self._enabled_values(current, True, now)
         skipped = 0
+        timing = None
         if values is not None and current.schedule is not None and "watermark_at" in values:
             skipped = count_fires(current.schedule, current.watermark_at, values["watermark_at"])
+        if current.schedule is not None:
+            watermark = current.watermark_at if values is None else values["watermark_at"]
+            timing = current.policy.bounds.window(
+                current.schedule, fired=current.fired_count, watermark=watermark
+            )
         return resume_preview(
             current.name,
             current.schedule,
@@ -85,6 +94,7 @@ class ScheduleReads:
             in_error=current.error is not None,
             next_fire=current.next_fire_at if values is None else values["next_fire_at"],
             skipped=skipped,
+            timing=timing,
         )
 
     def preview_backfill(
@@ -107,13 +117,18 @@ class ScheduleReads:
         now = self._clock()
         with self.database.read() as conn:
             current = self._require(conn, name)
-        spec, start, new = self._edited(current, changes, now)
+            spec, start, new = self._edited(current, changes, now)
+            spec = self._spec_with_dates(spec, lambda: load_calendars(conn, self._models))
         values = columns(spec, start.watermark_at, now, start.fired_count)
+        timing = spec.policy.bounds.window(
+            spec.schedule, fired=start.fired_count, watermark=start.watermark_at
+        )
         return update_preview(
             spec.schedule,
             enabled=values["enabled"],
             next_fire=values["next_fire_at"],
             new_timing=new,
+            timing=timing,
         )
 
     # -- reading --------------------------------------------------------------------
@@ -155,6 +170,38 @@ class ScheduleReads:
 
     def _validate(self, **entry: Any) -> ScheduleSpec:
         return validate_entry(**entry, known_tasks=self._known_tasks())
+
+    @staticmethod
+    def _spec_with_dates(
+        spec: ScheduleSpec, load: Callable[[], Mapping[str, frozenset[date]]]
+    ) -> ScheduleSpec:
+        """``spec`` with the dates of the stored calendars it names (``load``: every
+        stored calendar, called only when it names one); a GafferError naming
+        ``gaffer.skip_on`` when one does not exist."""
+        return with_stored_calendars(spec, load)
+
+    def _stored_dates(self) -> Mapping[str, frozenset[date]]:
+        """Every stored calendar's dates, by name, in a read of its own."""
+        with self.database.read() as conn:
+            return load_calendars(conn, self._models)
+
+    def _with_dates(
+        self,
+        conn: Connection,
+        current: StoredSchedule,
+        load: Callable[[], Mapping[str, frozenset[date]]] | None = None,
+    ) -> StoredSchedule:
+        """``current`` with the dates of the stored calendars it names (read on ``conn``,
+        or given by ``load``: every stored calendar), so that its next fires are the ones
+        Beat sends; a GafferError naming ``gaffer.skip_on`` when one no longer exists."""
+        bounds = current.policy.bounds
+        rule = bounds.calendar
+        if rule is None or not rule.stored_names:
+            return current
+        found = load_calendars(conn, self._models, rule.stored_names) if load is None else load()
+        rule = rule.with_stored(found)
+        policy = replace(current.policy, bounds=replace(bounds, calendar=rule))
+        return replace(current, policy=policy)
 
     def _enabled_values(
         self, current: StoredSchedule, enabled: bool, now: datetime

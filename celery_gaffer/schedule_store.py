@@ -13,8 +13,9 @@ each changed field before and after. A write that fails leaves no entry.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -32,6 +33,7 @@ from .schedules.spec import ScheduleSpec, validate_entry
 from .store import schedules as rows
 from .store.audit import Actor, record, record_many
 from .store.audit_changes import changes as audit_changes_of
+from .store.calendars import load_calendars
 from .store.fires import Fire
 from .store.schedule_bulk import ChunkRows, bulk_insert_schedules
 from .store.schedule_rows import StoredSchedule, Timings, columns
@@ -123,6 +125,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         known = self._known_tasks()
         iterator = iter(entries)
         timings = Timings()
+        calendars = functools.cache(self._stored_dates)
 
         def next_chunk(first: int) -> ChunkRows:
             now = self._clock()
@@ -130,7 +133,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
                 iterator,
                 chunk_size,
                 first,
-                lambda entry: self._entry_row(entry, known, now, timings),
+                lambda entry: self._entry_row(entry, known, now, timings, calendars),
             )
 
         added = 0
@@ -218,7 +221,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         note = checked_note(note)
         now = self._clock()
         with self.database.begin() as conn:
-            current = self._require(conn, name, lock=True)
+            current = self._with_dates(conn, self._require(conn, name, lock=True))
             values = self._enabled_values(current, True, now)
             if values is None:
                 return current
@@ -243,6 +246,8 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
             if not rows.has_due_resumes(conn, self._models, when):
                 return resumed
         with self.database.begin() as conn:
+            # Every stored calendar, read once for the rows that name one.
+            calendars = functools.cache(lambda: load_calendars(conn, self._models))
             for current in rows.lock_due_resumes(conn, self._models, when, limit):
                 until = current.paused_until or when
                 note = f"paused until {until.isoformat()} passed"
@@ -250,7 +255,8 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
                 try:
                     # From just before ``until``: its fire and the later ones are
                     # Beat's to send, by the catch-up policy, as for a Beat that was down.
-                    values = self._enabled_values(current, True, until - _INSTANT) or {}
+                    dated = self._with_dates(conn, current, calendars)
+                    values = self._enabled_values(dated, True, until - _INSTANT) or {}
                     values["updated_at"] = when
                 except GafferError as exc:
                     action, note = "update", f"{note}; not resumed: {exc}"
@@ -346,10 +352,17 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         return row
 
     def _entry_row(
-        self, entry: Any, known: Mapping[str, Any] | None, now: datetime, timings: Timings
+        self,
+        entry: Any,
+        known: Mapping[str, Any] | None,
+        now: datetime,
+        timings: Timings,
+        calendars: Callable[[], Mapping[str, frozenset[date]]],
     ) -> dict[str, Any]:
-        """The new row of one of ``add_many``'s entries, validated."""
+        """The new row of one of ``add_many``'s entries, validated (``calendars``: every
+        stored calendar, read once for the whole load)."""
         spec = validate_entry(**_entry_arguments(entry), known_tasks=known)
+        spec = self._spec_with_dates(spec, calendars)
         return self._new_row(spec, now, timings=timings)
 
     def _write_chunk(

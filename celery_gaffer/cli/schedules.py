@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
+from datetime import date
 from typing import Any
 
 import click
@@ -11,6 +13,8 @@ from ..clock import utcnow
 from ..exceptions import ScheduleExists
 from ..schedules.kinds import At, Schedule, cron, every
 from ..schedules.preview import LISTED_FIRES
+from ..schedules.upcoming import calendar_view, first_listed, upcoming, with_known_dates
+from ..store.schedule_rows import StoredSchedule
 from .base import (
     LINE_LIMIT,
     actor_option,
@@ -31,6 +35,9 @@ from .base import (
 from .times import aware_option, instant_option, later_option, utc_option, when, zone_of
 from .update import dry_run_option, show_preview
 
+#: Next fires whose calendar reasons ``schedules --json`` gives (``explain``'s default).
+EXPLAINED = 10
+
 
 @gaffer.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -42,12 +49,23 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool
     """List schedules: name, task, when, next fire, state, source and send options.
 
     NEXT FIRE is shown in the schedule's zone next to UTC for a cron schedule in a zone
-    other than UTC (--utc: in UTC only).
+    other than UTC (--utc: in UTC only). --json adds "calendar": why its skip_on calendars
+    skip or move its next fires, as explain NAME --json says.
     """
-    rows = store_of(ctx, check_tasks=False).list(limit=limit)
+    store = store_of(ctx, check_tasks=False)
+    rows = store.list(limit=limit)
     if as_json:
+        # Stored calendars are read once for all rows, and only when one names them.
+        named = any(
+            s.policy.bounds.calendar and s.policy.bounds.calendar.stored_names for s in rows
+        )
+        calendars = store.calendars() if named else {}
         for stored in rows:
-            echo(json.dumps(schedule_json(stored)))
+            echo(
+                json.dumps(
+                    {**schedule_json(stored), "calendar": calendar_reasons(stored, calendars)}
+                )
+            )
         return
     table(
         ("NAME", "TASK", "SCHEDULE", "NEXT FIRE", "STATE", "SOURCE", "OPTIONS"),
@@ -68,6 +86,19 @@ def schedules(ctx: click.Context, as_json: bool, limit: int | None, in_utc: bool
     for s in rows:
         if s.error:
             echo(f"error in {printable(s.name)}: {printable(s.error, LINE_LIMIT)}", err=True)
+
+
+def calendar_reasons(stored: StoredSchedule, calendars: Mapping[str, Iterable[date]]) -> list[str]:
+    """Why its calendar skips or moves each of its next fires (the ones ``explain`` lists
+    from the next fire, or from the fire before it the calendar skipped or moved), as
+    ``explain --json``'s ``calendar`` says; [] without a calendar or a next fire."""
+    rule = with_known_dates(stored.policy.bounds.calendar, calendars)
+    view = calendar_view(stored.schedule, rule)
+    if view is None or stored.next_fire_at is None:
+        return []
+    bounds = stored.policy.bounds
+    start = first_listed(view, stored.watermark_at, stored.next_fire_at, bounds.start_at)
+    return [fire.reason for fire in upcoming(view, view.schedule, start, EXPLAINED) if fire.reason]
 
 
 def options_text(options: dict[str, Any] | None) -> str:

@@ -14,6 +14,7 @@ from datetime import datetime
 from itertools import islice
 
 from ..exceptions import InvalidInput
+from .bounds import Window
 from .display import describe, when, zone_of
 from .kinds import Schedule
 
@@ -58,8 +59,9 @@ def backfill_nominals(
     return nominals
 
 
-def fires_from(schedule: Schedule, first: datetime | None, count: int) -> list[datetime]:
-    """``first`` and the fires after it, ``count`` in all (fewer when the schedule ends)."""
+def fires_from(schedule: Schedule | Window, first: datetime | None, count: int) -> list[datetime]:
+    """``first`` and the fires after it, ``count`` in all (fewer when the schedule ends);
+    ``schedule`` may be seen through its bounds and calendars (a ``Window``)."""
     return list(islice(_following(schedule, first), count))
 
 
@@ -77,12 +79,15 @@ def resume_preview(
     in_error: bool,
     next_fire: datetime | None,
     skipped: int,
+    timing: Schedule | Window | None = None,
 ) -> Preview:
     """What ``resume`` does to ``name`` (``paused``, ``in_error``: its state now): it
     fires next at ``next_fire`` and does not send ``skipped`` fires. A schedule neither
-    paused nor in error is left as it is."""
+    paused nor in error is left as it is. ``timing``: the schedule seen through its bounds
+    and calendars, whose fires are listed (default: ``schedule``)."""
     zone = zone_of(schedule)
-    fires = [] if schedule is None else fires_from(schedule, next_fire, NEXT_FIRES)
+    following = schedule if timing is None else timing
+    fires = [] if following is None else fires_from(following, next_fire, NEXT_FIRES)
     upcoming = (
         f"the next fire is {when(next_fire, zone)}" if next_fire is not None else "no fire to come"
     )
@@ -125,9 +130,16 @@ def backfill_preview(
 
 
 def update_preview(
-    schedule: Schedule, *, enabled: bool, next_fire: datetime | None, new_timing: bool
+    schedule: Schedule,
+    *,
+    enabled: bool,
+    next_fire: datetime | None,
+    new_timing: bool,
+    timing: Schedule | Window | None = None,
 ) -> Preview:
-    """What the schedule is after ``update``: ``new_timing`` when it starts from now."""
+    """What the schedule is after ``update``: ``new_timing`` when it starts from now;
+    ``timing``: the schedule seen through its bounds and calendars, whose fires are listed
+    (default: ``schedule``)."""
     written = f"after the edit: {describe(schedule)}"
     if new_timing:
         written += " (a new timing: it starts from now)"
@@ -135,11 +147,11 @@ def update_preview(
         return Preview(f"{written}; paused: it fires again after resume", [], 0)
     if next_fire is None:
         return Preview(f"{written}; no fire to come", [], 0)
-    fires = fires_from(schedule, next_fire, NEXT_FIRES)
+    fires = fires_from(schedule if timing is None else timing, next_fire, NEXT_FIRES)
     return Preview(f"{written}; next fire {when(next_fire, zone_of(schedule))}", fires, 0)
 
 
-def _following(schedule: Schedule, first: datetime | None) -> Iterator[datetime]:
+def _following(schedule: Schedule | Window, first: datetime | None) -> Iterator[datetime]:
     fire = first
     while fire is not None:
         yield fire

@@ -10,6 +10,7 @@ or on a read-only console), and are recorded under that token's name. Errors are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -24,6 +25,7 @@ from .console import PAGE_SIZE
 from .lists import COUNT_CAP, Listing, read_filter, read_sort, read_whole
 from .pages import console_of, shown_runs
 from .present import fire_json, iso, run_json, schedule_json
+from .schedule_page import UpcomingFire
 from .security import READ_ONLY
 from .tokens import Token
 
@@ -68,7 +70,9 @@ def schedule(request: Request) -> Response:
         return error(404, f"name: no schedule named {name!r}")
     view = found.view
     body = schedule_json(view.stored, view.state, view.reason, None)
-    body["next_fires"] = _next_fires(found.explanation)
+    body["next_fires"] = _next_fires(found.explanation, found.upcoming)
+    # The reasons alone, as ``explain --json`` and ``schedules --json`` list them.
+    body["calendar"] = [fire.reason for fire in found.upcoming if fire.reason is not None]
     body["clock_changes"] = [
         {"at": iso(change.at), "rule": str(change.rule), "effect": change.effect}
         for change in (found.explanation.transitions if found.explanation else ())
@@ -78,11 +82,20 @@ def schedule(request: Request) -> Response:
     return JSONResponse(body)
 
 
-def _next_fires(explanation: Explanation | None) -> list[dict[str, Any]]:
+def _next_fires(
+    explanation: Explanation | None, upcoming: Sequence[UpcomingFire]
+) -> list[dict[str, Any]]:
+    """The listed fires; ``reason``: why the calendar skips or moves one (else null)."""
     if explanation is None:
         return []
+    reasons = {fire.utc: fire.reason for fire in upcoming}
     return [
-        {"at": iso(fire.utc), "local": fire.local.isoformat(), "zone": fire.abbreviation}
+        {
+            "at": iso(fire.utc),
+            "local": fire.local.isoformat(),
+            "zone": fire.abbreviation,
+            "reason": reasons.get(fire.utc),
+        }
         for fire in explanation.fires
     ]
 

@@ -22,11 +22,13 @@ from ..clock import Clock
 from ..protocol import Health
 from ..schedule_store import ScheduleStore
 from ..schedules.explain import Explanation, Transition, explain
+from ..schedules.upcoming import calendar_view, first_listed, with_known_dates, with_reasons
 from ..store import Database, audit
 from ..store import console as queries
 from ..store import console_lists as listed
 from ..store.audit import AuditEntry
 from ..store.beats import beats
+from ..store.calendars import load_calendars
 from ..store.console_lists import COUNT_CAP, Cursor, ScheduleFilter
 from ..store.schedule_rows import StoredSchedule, stored
 from .lists import Span
@@ -205,20 +207,31 @@ class Console:
             fires = queries.ledger_fires(conn, models, name, DETAIL_ROWS)
             runs = queries.recent_runs(conn, models, limit=DETAIL_ROWS, schedule=name)
             history = audit.entries(conn, models, schedule=name, limit=DETAIL_ROWS)
+            rule = view.stored.policy.bounds.calendar
+            if rule is not None and rule.stored_names:
+                rule = with_known_dates(rule, load_calendars(conn, models, rule.stored_names))
         schedule = view.stored.schedule
+        calendar = calendar_view(schedule, rule)
         explanation = None
         if schedule is not None:
-            # From the stored next fire (in the past when Beat is behind); a paused
-            # schedule lists the fires a resume now would start from.
+            # From the stored next fire (in the past when Beat is behind), or the fire
+            # before it its calendar skipped or moved; a paused schedule lists the fires
+            # a resume now would start from.
             start = view.stored.next_fire_at or now + timedelta(seconds=1)
+            if view.stored.next_fire_at is not None:
+                start = first_listed(
+                    calendar, view.stored.watermark_at, start, view.stored.policy.bounds.start_at
+                )
             explanation = explain(schedule, start, NEXT_FIRES)
+        listed = [] if explanation is None else [fire.utc for fire in explanation.fires]
+        reasons = with_reasons(calendar, listed)
         return Detail(
             view,
             explanation,
             fires,
             runs,
             strip=run_strip(runs),
-            upcoming=upcoming(explanation),
+            upcoming=upcoming(explanation, [fire.reason for fire in reasons]),
             next_change=next_clock_change(schedule, now),
             history=history,
         )

@@ -1,6 +1,7 @@
 """What a schedule's page shows beyond its row: the strip of its last runs, its upcoming
-fires with each one a clock change moves marked, and the next clock change of its zone
-with what it does to the schedule, however far away. Pure: no I/O, "now" is an argument.
+fires with each one a clock change moves marked (and each one its calendar skips or
+moves, with the reason), and the next clock change of its zone with what it does to the
+schedule, however far away. Pure: no I/O, "now" is an argument.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ class RunBlock:
 
 @dataclass(frozen=True, slots=True)
 class UpcomingFire:
-    """One upcoming fire; ``moved``: how a clock change moves or repeats it, else ""."""
+    """One upcoming fire; ``moved``: how a clock change moves or repeats it, else "";
+    ``reason``: why its calendar skips or moves it (as ``explain`` says), else None."""
 
     utc: datetime
     moved: str
     effect: str
+    reason: str | None = None
 
 
 def run_strip(runs: Sequence[Mapping[str, Any]]) -> list[RunBlock]:
@@ -51,21 +54,25 @@ def run_strip(runs: Sequence[Mapping[str, Any]]) -> list[RunBlock]:
     return blocks
 
 
-def upcoming(explanation: Explanation | None) -> list[UpcomingFire]:
+def upcoming(
+    explanation: Explanation | None, reasons: Sequence[str | None] = ()
+) -> list[UpcomingFire]:
     """The explanation's fires, each marked when one of its clock changes touches it:
     ``02:30 → 03:00 CEST, clock change`` for a fire a gap moves, ``02:30 AEDT, repeated
-    time: fires at the first only, clock change`` for one in a fold."""
+    time: fires at the first only, clock change`` for one in a fold; ``reasons``: the
+    calendar reason of each fire, in order (None: none)."""
     if explanation is None:
         return []
     found = []
-    for fire in explanation.fires:
+    for number, fire in enumerate(explanation.fires):
         moved, effect = "", ""
         for change in explanation.transitions:
             note = _mark(change, fire.utc, fire.local)
             if note:
                 moved, effect = note, change.effect
                 break
-        found.append(UpcomingFire(fire.utc, moved, effect))
+        reason = reasons[number] if number < len(reasons) else None
+        found.append(UpcomingFire(fire.utc, moved, effect, reason))
     return found
 
 

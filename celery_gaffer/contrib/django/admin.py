@@ -18,9 +18,11 @@ from django.db.models import OuterRef, Q, Subquery
 
 from ...exceptions import GafferError
 from ...protocol import STORED_HEALTH, RunState
+from ...schedules.calendars import CalendarView
 from ...schedules.display import describe, when, zone_of
 from ...schedules.kinds import Schedule as GafferSchedule
 from ...schedules.kinds import schedule_from_dict
+from ...schedules.upcoming import calendar_view, first_listed, upcoming, with_known_dates
 from ...store.audit import SOURCES
 from . import actions
 from .conf import gaffer_alias
@@ -220,8 +222,9 @@ class ScheduleChangeList(ChangeList):  # type: ignore[misc]
 
 
 def next_fires(row: Schedule, request: Any) -> list[str]:
-    """The schedule's next fires, in its zone and UTC (or why it has none); for a paused
-    one, what resuming it now would do (the store's preview)."""
+    """The schedule's next fires, in its zone and UTC (or why it has none), each one its
+    calendars skip or move with the reason; for a paused one, what resuming it now would
+    do (the store's preview)."""
     schedule = _schedule(row)
     if row.state in ("paused", "error"):
         try:
@@ -233,13 +236,25 @@ def next_fires(row: Schedule, request: Any) -> list[str]:
     if schedule is None or row.next_fire_at is None:
         return ["no fire to come"]
     zone = zone_of(schedule)
-    fires = [row.next_fire_at]
-    while len(fires) < NEXT_FIRES:
-        following = schedule.next_after(fires[-1])
-        if following is None:
-            break
-        fires.append(following)
-    return [when(fire, zone) for fire in fires]
+    view = _calendar_of(actions.store_for(request), row.name, schedule)
+    # From the fire before the next one when its calendar skipped or moved it (listed
+    # with the reason, as the console and ``explain`` list it).
+    start = first_listed(view, row.watermark_at, row.next_fire_at, row.start_at)
+    return [
+        when(fire.at, zone) + ("" if fire.reason is None else f" (calendar: {fire.reason})")
+        for fire in upcoming(view, schedule, start, NEXT_FIRES)
+    ]
+
+
+def _calendar_of(store: Any, name: str, schedule: GafferSchedule) -> CalendarView | None:
+    """The schedule seen through its ``skip_on`` calendars (their dates read once)."""
+    try:
+        rule = store.get(name).policy.bounds.calendar
+    except GafferError:
+        return None  # removed since the page's query
+    if rule is not None and rule.stored_names:
+        rule = with_known_dates(rule, store.calendars())
+    return calendar_view(schedule, rule)
 
 
 @admin.register(JobRun)

@@ -92,6 +92,29 @@ def test_a_schedule_page_shows_its_next_fires_and_its_audit_history(
     assert 'name="_save"' not in html  # read-only
 
 
+def test_a_schedule_page_gives_each_fire_its_calendar_skips_or_moves_its_reason(
+    client: Any, store: ScheduleStore
+) -> None:
+    store.add_calendar("freeze", ["2099-12-28"])
+    store.add(
+        "mondays", "t.report", cron("0 9 * * 1", "UTC"),
+        gaffer={"skip_on": ["freeze"], "on_skip": "next_day"},
+    )  # fmt: skip
+    # Beat's state before the frozen Monday, whatever the day the test runs.
+    with store.database.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE gaffer_schedules SET watermark_at = :at, next_fire_at = :next"),
+            {"at": datetime(2099, 12, 27, 12, tzinfo=timezone.utc),
+             "next": datetime(2099, 12, 29, 9, tzinfo=timezone.utc)},
+        )  # fmt: skip
+    from celery_gaffer.contrib.django.models import Schedule
+
+    row = Schedule.objects.using(_alias(store)).get(name="mondays")
+    html = page(client, f"{ADMIN}schedule/{row.pk}/change/")
+    assert "2099-12-28 09:00:00Z (calendar: 2099-12-28: in freeze → moved to 2099-12-29)" in html
+    assert "2100-01-04 09:00:00Z</li>" in html
+
+
 def _alias(store: ScheduleStore) -> str:
     return str(store.app.conf.gaffer_database_url).removeprefix("django://")
 
