@@ -35,6 +35,13 @@ class Decision:
     skipped_at_least: bool = False
 
 
+def on_time_for(max_interval: float) -> timedelta:
+    """How late a fire may be and still count as on time for the ``skip`` policy, for a
+    Beat whose longest sleep is ``max_interval`` seconds (a tick is never exactly
+    punctual): twice that, at least 10 seconds."""
+    return timedelta(seconds=max(2 * float(max_interval), 10.0))
+
+
 #: Most skipped fires a tick counts one by one for a cron schedule (``every`` counts
 #: exactly, by arithmetic).
 SKIPPED_COUNT_LIMIT = 100

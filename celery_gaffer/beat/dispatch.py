@@ -37,7 +37,7 @@ from ..store.calendars import load_calendars
 from ..store.fires import Fire
 from ..store.pipelined import committing
 from ..store.schedules import DueSchedule, Payload
-from .catchup import decide
+from .catchup import decide, on_time_for
 from .held import HOLD_AHEAD
 from .plan import RowPlan, log_decision, plan_row, recount, with_stored_calendars
 from .redelivery import claim_unconfirmed
@@ -99,7 +99,7 @@ class Dispatcher:
         Leaving the block waits for the commit (a failure is raised); leaving it by an
         error leaves the commit's outcome unread."""
         settings = self.database.settings
-        on_time = timedelta(seconds=max(2 * float(max_interval), 10.0))
+        on_time = on_time_for(max_interval)
         republish_at = now + timedelta(seconds=settings.republish_after)
         horizon = now + lead
         hold_until = horizon + HOLD_AHEAD

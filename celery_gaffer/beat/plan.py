@@ -17,7 +17,7 @@ from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
 from ..schedules.bounds import Window
 from ..schedules.kinds import Schedule, schedule_from_dict
-from ..schedules.spec import ScheduleSpec, validate_entry, validate_name
+from ..schedules.spec import Policy, ScheduleSpec, validate_entry, validate_name
 from ..store.fires import NewFire
 from ..store.schedule_rows import decode_json
 from ..store.schedules import DueSchedule, Payload
@@ -148,12 +148,20 @@ def with_stored_calendars(
     """``spec`` with the dates of the stored calendars its ``skip_on`` names (``load``
     gives every stored calendar, called only when it names one); InvalidInput naming
     ``gaffer.skip_on`` when one does not exist."""
-    bounds = spec.policy.bounds
+    policy = policy_with_stored_calendars(spec.policy, load)
+    return spec if policy is spec.policy else replace(spec, policy=policy)
+
+
+def policy_with_stored_calendars(
+    policy: Policy, load: Callable[[], Mapping[str, frozenset[date]]]
+) -> Policy:
+    """``policy`` with the dates of the stored calendars its ``skip_on`` names (see
+    :func:`with_stored_calendars`); ``policy`` itself when it names none."""
+    bounds = policy.bounds
     rule = bounds.calendar
     if rule is None or not rule.stored_names:
-        return spec
-    policy = replace(spec.policy, bounds=replace(bounds, calendar=rule.with_stored(load())))
-    return replace(spec, policy=policy)
+        return policy
+    return replace(policy, bounds=replace(bounds, calendar=rule.with_stored(load())))
 
 
 #: Parsed schedules and validated payloads kept by :func:`usable_row`, by stored text.

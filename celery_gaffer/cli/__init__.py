@@ -65,6 +65,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "schedules:schedules",
         "List schedules: name, task, when, next fire, state, source and send options.",
     ),
+    "simulate": (
+        "simulate:simulate_command",
+        "Rehearse Beat from --from to --to, down over each --down window: the fate of each"
+        " fire (on_time, late, skipped, missed, calendar_skipped, moved), decided by Beat's"
+        " own code on a virtual clock. Reads the stored schedules; never writes, never"
+        " publishes.",
+    ),
     "status": (
         "observe:status",
         "One line per schedule with its state: ok, late, failing, paused or error.",
