@@ -19,7 +19,7 @@ from celery_gaffer.cli import COMMANDS, IMPORT_COMMANDS, gaffer
 ROOT = Path(__file__).resolve().parents[2]
 # Every module the group's commands are defined in (each adds its own to the registry).
 COMMAND_MODULES = ("calendars", "explain", "import_django", "import_redbeat", "imports", "observe")
-COMMAND_MODULES += ("schedules", "update", "web")
+COMMAND_MODULES += ("schedules", "simulate", "update", "web")
 HEAVY = ("sqlalchemy", "alembic", "mako", "redis", "django", "starlette", "psycopg", "kombu")
 
 
