@@ -32,14 +32,14 @@ def pins(name: str) -> dict[str, Version]:
 
 
 def floors(python: str) -> dict[str, Version]:
-    """The lower bound of each dependency (and of the web and django extras) on ``python``."""
+    """The lower bound of each dependency (and of the web, django and otel extras) on ``python``."""
     found = {}
     for line in requires("celery-gaffer") or []:
         requirement = Requirement(line)
         environment = {"python_version": python, "python_full_version": f"{python}.0"}
         chosen = [
             extra
-            for extra in ("", "web", "django")
+            for extra in ("", "web", "django", "otel")
             if requirement.marker is None
             or requirement.marker.evaluate({**environment, "extra": extra})
         ]
