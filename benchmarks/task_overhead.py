@@ -51,6 +51,11 @@ variant, alternating; rows/s = all rows / total time, plus the median per-segmen
 Targets: ``gaffer`` >= 0.72x ``plain`` and ``run_batches`` >= 0.9x the hand-written
 loop (issue 37), ``gaffer+lease`` and ``gaffer+overlap`` >= 0.6x ``plain``.
 
+``--otel absent|unconfigured|sdk``: the worker's OpenTelemetry (part 1): the package
+hidden (as without the ``[otel]`` extra), the API installed with no SDK configured (the
+default), or the SDK configured with an exporter that discards the spans (a span per
+traced run, started and ended by Gaffer).
+
 ``--profile DIR``: py-spy (``--idle``, so waits on the database count) records the
 worker during part 1 and the hottest celery_gaffer frames are printed; part 2's
 run_batches calls run under cProfile. Profiling slows things: compare ratios of
@@ -94,6 +99,7 @@ from _common import (  # noqa: E402
 
 MODULE = "task_overhead"
 DB_ENV = "GAFFER_BENCH_TASK_DB"
+OTEL_ENV = "GAFFER_BENCH_OTEL"
 # The only Redis DB this benchmark uses (emptied at start and end, when it is its own).
 REDIS_DB = TASK_REDIS_DB
 BROKER_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
@@ -354,6 +360,33 @@ def make_app(dbname: str) -> Any:
     return app
 
 
+def set_up_otel(mode: str) -> None:
+    """The worker's OpenTelemetry (``--otel``): ``absent`` hides the package, as if the
+    ``[otel]`` extra were not installed; ``unconfigured`` leaves the API with no SDK (the
+    default: whatever is installed, nothing configured); ``sdk`` configures the SDK with
+    a span processor that exports to an exporter doing nothing."""
+    if mode == "absent":
+        sys.modules["opentelemetry"] = None  # type: ignore[assignment]
+    elif mode == "sdk":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            SimpleSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        class Discard(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(Discard()))
+        trace.set_tracer_provider(provider)
+
+
+if os.environ.get(DB_ENV):
+    set_up_otel(os.environ.get(OTEL_ENV, "unconfigured"))
 app = make_app(os.environ[DB_ENV]) if os.environ.get(DB_ENV) else None
 
 
@@ -466,6 +499,7 @@ def part_tasks(args: argparse.Namespace, cleanup: Cleanup, dbname: str, bench_ap
     env = {
         **os.environ,
         DB_ENV: dbname,
+        OTEL_ENV: args.otel,
         "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
     cmd = [
@@ -806,6 +840,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default="tasks,batches", help="comma list of: tasks, batches")
     p.add_argument("--profile", metavar="DIR", help="py-spy the worker, cProfile run_batches")
     p.add_argument("--task-timeout", type=float, default=None, help="seconds for part 1")
+    p.add_argument(
+        "--otel",
+        choices=("absent", "unconfigured", "sdk"),
+        default="unconfigured",
+        help="the worker's OpenTelemetry: hidden, API without an SDK (default), SDK",
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.tasks = a.tasks or 300

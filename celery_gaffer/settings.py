@@ -19,6 +19,7 @@ from sqlalchemy.exc import ArgumentError
 from .django_database import django_alias, django_database_url
 from .exceptions import ConfigurationError, GafferConfigWarning
 from .runtime import runtime
+from .traces import TRACE_URL_KEY, trace_url_setting
 
 DEFAULT_DATABASE_URL = "sqlite:///gaffer.sqlite3"
 _PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,29}$")
@@ -53,6 +54,7 @@ SETTING_KEYS: tuple[str, ...] = (
     "gaffer_run_arguments",
     WEBHOOK_URL_KEY,
     WEBHOOK_SECRET_URL_KEY,
+    TRACE_URL_KEY,
 )
 
 
@@ -82,6 +84,8 @@ class GafferSettings:
     alert_webhook_url: str | None = None
     #: Whether run records keep each delivery's ``args`` and ``kwargs``.
     run_arguments: bool = True
+    #: The console's link to a run's trace, with ``{trace_id}`` in it (None: no link).
+    trace_url: str | None = None
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> GafferSettings:
@@ -112,6 +116,7 @@ class GafferSettings:
             ),
             alert_webhook_url=_webhook_setting(conf),
             run_arguments=_flag(conf, "gaffer_run_arguments", True),
+            trace_url=trace_url_setting(conf.get(TRACE_URL_KEY)),
         )
 
     @property

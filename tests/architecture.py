@@ -3,7 +3,7 @@
 Layers, lowest first; a module may import its own layer and the layers below it:
 
 0. core: ``exceptions``, ``clock``, ``settings``, ``django_database``, ``protocol``,
-   ``signals``, ``runtime``, ``outbound``, ``text``, ``readable``
+   ``signals``, ``runtime``, ``outbound``, ``text``, ``readable``, ``traces``
 1. ``schedules`` (pure: no I/O)
 2. ``store`` (the only package that builds SQL)
 3. ``fencing``, ``runs``, ``beat`` (``runs`` may use ``fencing``; nothing else crosses)
@@ -38,6 +38,7 @@ CORE = {
     "text",
     "readable",
     "django_database",
+    "traces",
 }
 MIDDLE = {"fencing", "runs", "beat"}
 ADAPTERS = {

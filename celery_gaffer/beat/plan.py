@@ -242,7 +242,14 @@ def stored_entry(row: DueSchedule) -> tuple[Any, ...]:
 def _payload(spec: ScheduleSpec) -> Payload:
     policy = spec.policy
     return Payload(
-        spec.task, spec.args, spec.kwargs, spec.options, policy.overlap, ping_url=policy.ping_url
+        spec.task,
+        spec.args,
+        spec.kwargs,
+        spec.options,
+        policy.overlap,
+        ping_url=policy.ping_url,
+        jitter=getattr(spec.schedule, "jitter", None),
+        catchup=str(policy.catchup),
     )
 
 

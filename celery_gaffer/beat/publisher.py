@@ -22,6 +22,7 @@ from ..protocol import FireHeaders, Overlap, format_nominal
 from ..schedules.codecs import codec_problem
 from ..store.fires import Fire
 from ..store.schedules import Payload
+from ..traces import end_fire, fire_span, sending, tracer
 
 logger = logging.getLogger("celery_gaffer.publisher")
 
@@ -102,10 +103,13 @@ def send(
     """
     outcome = Published()
     defaults = message_defaults(app)
+    traced = tracer()  # None without OpenTelemetry: found once a process
     for start in range(0, len(fires), PUBLISH_BATCH):
         part = fires[start : start + PUBLISH_BATCH]
         outcome.sent.extend(
-            _send_batch(app, part, payloads, producer, outcome.refused, defaults, wait_for_commit)
+            _send_batch(
+                app, part, payloads, producer, outcome.refused, defaults, wait_for_commit, traced
+            )
         )
         wait_for_commit = None
     if wait_for_commit is not None:
@@ -155,9 +159,10 @@ def _send_batch(
     refused: dict[str, str],
     defaults: Callable[[Payload], dict[str, Any]],
     wait_for_commit: Callable[[], None] | None = None,
+    traced: Any = None,
 ) -> list[Fire]:
     """Send ``fires``; return those that reached the broker (as far as it said).
-    ``wait_for_commit``: see :func:`send`."""
+    ``wait_for_commit``: see :func:`send`; ``traced``: the tracer of the fires' spans."""
     batch = getattr(producer, "batch", None)  # kombu >= 5.7
     if wait_for_commit is not None and (batch is None or not _buffers(producer)):
         wait_for_commit()  # each message would go out as it is sent
@@ -171,7 +176,7 @@ def _send_batch(
             for fire in fires:
                 if fire.schedule in refused:
                     continue
-                problem = _send(app, fire, payloads[fire.schedule], producer, defaults)
+                problem = _send(app, fire, payloads[fire.schedule], producer, defaults, traced)
                 if problem is None:
                     sent.append(fire)
                 elif problem:
@@ -315,11 +320,49 @@ def _send(
     payload: Payload,
     producer: Any,
     defaults: Callable[[Payload], dict[str, Any]],
+    traced: Any = None,
 ) -> str | None:
     """Send one fire: None when sent, "" after a broker error (it stays pending and is
-    published again), else why its payload cannot be sent at all."""
+    published again), else why its payload cannot be sent at all.
+
+    ``traced``: a tracer (:mod:`celery_gaffer.traces`): the send is the fire's span, whose
+    context the message's headers carry."""
     options = {**defaults(payload), **payload.options}
     headers = {**(options.pop("headers", None) or {}), **fire_headers(fire, payload)}
+    span = None
+    if traced is not None:
+        span = fire_span(
+            traced,
+            fire.schedule,
+            headers[_HEADER["nominal_at"]],
+            fire.key,
+            headers,
+            nominal_ts=fire.nominal_at.timestamp(),
+            jitter=payload.jitter,
+            catchup=payload.catchup,
+            kind=fire.kind,
+            publish_count=fire.publish_count,
+        )
+    if span is None:
+        return _publish(app, fire, payload, producer, options, headers)
+    problem: str | None = "unexpected error"
+    try:
+        with sending(span):
+            problem = _publish(app, fire, payload, producer, options, headers)
+    finally:
+        end_fire(span, problem)
+    return problem
+
+
+def _publish(
+    app: Any,
+    fire: Fire,
+    payload: Payload,
+    producer: Any,
+    options: dict[str, Any],
+    headers: dict[str, Any],
+) -> str | None:
+    """Publish one fire's message (see :func:`_send`)."""
     try:
         app.send_task(
             payload.task,

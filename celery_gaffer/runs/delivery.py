@@ -45,6 +45,8 @@ class Delivery:
     retry_in: float | None = None
     #: That error's formatted traceback (from Celery's failure or retry signal).
     traceback: str | None = None
+    #: The run's trace (a :class:`celery_gaffer.traces.RunTrace`), from start to end.
+    trace: Any = None
 
     @classmethod
     def of(cls, request: Any) -> Delivery:

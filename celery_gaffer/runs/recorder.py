@@ -39,6 +39,7 @@ from .endings import Grouped, Write, end_writer
 from .heartbeat import heartbeat_for
 from .overlap import left_held, overlap_to_take, record_end, release_quietly, start_taking
 from .pings import END_EVENTS, ping
+from .tracing import run_ended, run_started
 
 logger = logging.getLogger("celery_gaffer.runs")
 
@@ -154,6 +155,7 @@ class Recorder:
         delivery = Delivery.of(request)
         now = delivery.started_at = datetime.now(timezone.utc)
         headers = delivery.headers
+        trace_id = run_started(task, delivery)
         try:
             database = self.database
             # A GafferTask's key state comes back with the row id: the run needs it
@@ -168,6 +170,7 @@ class Recorder:
                 "started_at": now,
                 "worker": request.hostname,
                 "run_key": key,
+                "trace_id": trace_id,
             }
             if settings_for(self.app).run_arguments:
                 params.update(args=bounded_arguments(args), kwargs=bounded_arguments(kwargs))
@@ -239,10 +242,13 @@ class Recorder:
             return
         request = task.request
         delivery = Delivery.find(request)
-        if delivery is None or delivery.row_id is None:
+        if delivery is None:
+            return
+        outcome = delivery.outcome or _CELERY_STATES.get(state or "", RunState.FAILED)
+        run_ended(delivery, outcome)
+        if delivery.row_id is None:
             return
         row_id = delivery.row_id
-        outcome = delivery.outcome or _CELERY_STATES.get(state or "", RunState.FAILED)
         now = datetime.now(timezone.utc)
         started = delivery.started_at or now
         values: dict[str, Any] = {

@@ -189,6 +189,8 @@ class JobRunRow:
     args: Mapped[Any] = mapped_column(JSON, nullable=True)
     kwargs: Mapped[Any] = mapped_column(JSON, nullable=True)
     traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The run's OpenTelemetry trace id (32 hex digits), when it was traced.
+    trace_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # When the row was written, by the database's clock: the week partition it is in on
     # PostgreSQL (see store/partitions.py).

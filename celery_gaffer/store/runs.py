@@ -42,6 +42,7 @@ START_COLUMNS = (
     "worker",
     "args",
     "kwargs",
+    "trace_id",
 )
 
 

@@ -241,6 +241,9 @@ class Payload:
     error: str | None = None
     #: The schedule's ping URL (healthchecks.io style), if any.
     ping_url: str | None = None
+    #: The schedule's jitter in seconds and catch-up policy (for a fire's trace span).
+    jitter: float | None = None
+    catchup: str | None = None
 
 
 def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dict[str, Payload]:
@@ -259,8 +262,21 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
             s.overlap,
             s.error,
             s.ping_url,
+            cast(s.schedule, Text),
+            s.catchup,
         ).where(matches(conn, s.name, wanted[start : start + CHUNK], "str"))
-        for name, task, args, kwargs, options, overlap, error, ping_url in conn.execute(stmt):
+        for (
+            name,
+            task,
+            args,
+            kwargs,
+            options,
+            overlap,
+            error,
+            ping_url,
+            when,
+            catchup,
+        ) in conn.execute(stmt):
             try:
                 payloads[name] = Payload(
                     task,
@@ -270,10 +286,21 @@ def load_payloads(conn: Connection, models: Models, names: Iterable[str]) -> dic
                     overlap,
                     error,
                     ping_url,
+                    _jitter(when),
+                    catchup,
                 )
             except (TypeError, ValueError):
                 continue
     return payloads
+
+
+def _jitter(schedule: str | None) -> float | None:
+    """The jitter of a stored schedule (None: unknown)."""
+    try:
+        jitter = decode_json(schedule or "{}", "schedule").get("jitter")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return float(jitter) if isinstance(jitter, (int, float)) else None
 
 
 def mark_errors(

@@ -151,6 +151,7 @@ def run_detail_json(row: Mapping[Any, Any]) -> dict[str, Any]:
         "args": row["args"],
         "kwargs": row["kwargs"],
         "traceback": row["traceback"],
+        "trace_id": row.get("trace_id"),
     }
 
 

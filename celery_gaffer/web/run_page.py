@@ -1,7 +1,8 @@
 """One run record in full: the page ``/runs/{id}`` and ``GET /api/runs/{id}``.
 
 Everything the record knows: its task, schedule and state, its times, key, fence, lease,
-attempt, worker and progress, the delivery's ``args`` and ``kwargs`` and the failure's
+attempt, worker and progress, its trace id (linked when ``gaffer_trace_url`` is set),
+the delivery's ``args`` and ``kwargs`` and the failure's
 traceback (both kept bounded by the run recorder: :mod:`celery_gaffer.runs.details`).
 An id that is not a whole number is refused (400), an unknown one is not found (404).
 """
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from ..schedules.kinds import schedule_from_dict
 from ..store import runs as run_rows
 from ..store.schedule_rows import decode_json
+from ..traces import trace_link
 from .api import error
 from .lists import LARGEST_ID, ascii_whole
 from .pages import console_of, message, render
@@ -54,6 +56,7 @@ def page(request: Request) -> Response:
         reason=run_reason(row),
         args=_pretty(row["args"]),
         kwargs=_pretty(row["kwargs"]),
+        trace_url=trace_link(console_of(request).database.settings.trace_url, row["trace_id"]),
     )
 
 

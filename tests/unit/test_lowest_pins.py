@@ -32,15 +32,15 @@ def pins(name: str) -> dict[str, Version]:
 
 
 def floors(python: str) -> dict[str, Version]:
-    """The lower bound of each dependency (and of the web, django and holidays extras) on
-    ``python``."""
+    """The lower bound of each dependency (and of the web, django, holidays and otel
+    extras) on ``python``."""
     found = {}
     for line in requires("celery-gaffer") or []:
         requirement = Requirement(line)
         environment = {"python_version": python, "python_full_version": f"{python}.0"}
         chosen = [
             extra
-            for extra in ("", "web", "django", "holidays")
+            for extra in ("", "web", "django", "holidays", "otel")
             if requirement.marker is None
             or requirement.marker.evaluate({**environment, "extra": extra})
         ]

@@ -41,6 +41,7 @@ VALID = {
     "gaffer_partition_interval": 86400,
     "gaffer_run_arguments": False,
     "gaffer_alert_webhook_secret_url": "https://hooks.example/T0/B0/x",
+    "gaffer_trace_url": "https://jaeger.example/trace/{trace_id}",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import Celery
@@ -16,10 +17,12 @@ import celery_gaffer
 from celery_gaffer import GafferTask, ScheduleStore, every
 from celery_gaffer.runs import endings
 from celery_gaffer.runs.details import TRACEBACK_LIMIT
+from celery_gaffer.settings import forget_settings
 from celery_gaffer.store import database_for
+from celery_gaffer.web.app import create_app
 
 from ...support import FrozenClock
-from .conftest import SCRIPT_NAME, Client, insert_run
+from .conftest import SCRIPT_NAME, TOKEN, Client, insert_run
 
 
 def failed_run(app: Celery, args: Any, kwargs: Any, message: str = "the ledger is closed") -> int:
@@ -109,3 +112,35 @@ def test_run_page_of_a_scheduled_run_links_its_schedule_and_the_runs_table_links
     assert 'id="run-traceback"' not in page
     assert client.get("/runs/nope").status_code == 400
     assert client.get("/runs/424242").status_code == 404
+
+
+def test_a_runs_trace_id_is_shown_and_linked_where_gaffer_trace_url_says(
+    celery_app: Celery, clock: FrozenClock
+) -> None:
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    nominal = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+    insert_run(celery_app, None, nominal, task_id="traced", trace_id=trace_id)
+    insert_run(celery_app, None, nominal, task_id="untraced")
+    database = database_for(celery_app)
+    runs = database.models.JobRun
+    with database.read() as conn:
+        ids = dict(conn.execute(select(runs.task_id, runs.id)).all())  # type: ignore[arg-type]
+    plain = Client(create_app(celery_app, token=TOKEN, clock=clock))
+    try:
+        assert plain.get(f"/api/runs/{ids['traced']}").json()["trace_id"] == trace_id
+        assert plain.get(f"/api/runs/{ids['untraced']}").json()["trace_id"] is None
+        page = plain.get(f"/runs/{ids['traced']}").text
+        assert f"<code>{trace_id}</code>" in page
+        assert "jaeger" not in page
+    finally:
+        plain.close()
+    celery_app.conf.gaffer_trace_url = "https://jaeger.example/trace/{trace_id}?x=1&y=2"
+    forget_settings(celery_app)
+    linked = Client(create_app(celery_app, token=TOKEN, clock=clock))
+    try:
+        page = linked.get(f"/runs/{ids['traced']}").text
+        href = html.escape(f"https://jaeger.example/trace/{trace_id}?x=1&y=2")
+        assert f'<a href="{href}"><code>{trace_id}</code></a>' in page
+        assert '<dd id="run-trace">-</dd>' in linked.get(f"/runs/{ids['untraced']}").text
+    finally:
+        linked.close()
