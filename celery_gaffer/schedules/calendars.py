@@ -246,12 +246,14 @@ class CalendarView:
         return [f for f in fires if self._day(f) == day]
 
     def _same_time_on(self, fire: datetime, day: date) -> datetime | None:
-        """The schedule's fire at ``fire``'s local wall time on ``day``."""
+        """The schedule's own fire for ``fire``'s intended wall time on ``day``: the wall
+        time its rules matched (inside a spring-forward gap for a fire at the gap's end),
+        mapped as the schedule maps it on that date (None: a wildcard cron's time in a gap)."""
         if not isinstance(self.schedule, Cron):  # every: UTC, no DST
             return fire + (day - self._day(fire))
-        wall = fire.astimezone(self._zone)
-        one_day = Cron(f"{wall.minute} {wall.hour} {day.day} {day.month} *", self._zone_name)
-        found = one_day.next_after(self._start(day))
+        engine = self.schedule.engine
+        wall = engine.matched_wall(fire)
+        found = engine.fire_at_wall(datetime.combine(day, wall.time()))
         return found if found is not None and self._day(found) == day else None
 
     def fate(self, fire: datetime) -> Fate | None:
