@@ -6,12 +6,13 @@ operation's own rules, writing nothing), the schedules and the audit log.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
+from .beat.plan import bounds_with_stored
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleNotFound
 from .protocol import Health
@@ -157,10 +158,15 @@ class ScheduleReads:
         return validate_entry(**entry, known_tasks=self._known_tasks())
 
     def _enabled_values(
-        self, current: StoredSchedule, enabled: bool, now: datetime
+        self,
+        current: StoredSchedule,
+        enabled: bool,
+        now: datetime,
+        calendars: Callable[[], Mapping[str, frozenset[date]]] | None = None,
     ) -> dict[str, Any] | None:
         """The columns ``pause`` (``enabled`` False) or ``resume`` writes; None when it
-        changes nothing."""
+        changes nothing. ``calendars`` gives the stored calendars (a resume's next fire
+        applies those its schedule names)."""
         values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
         if enabled and current.error is not None:
             # Resuming a schedule in error checks it again: cleared if its cause is
@@ -173,8 +179,11 @@ class ScheduleReads:
             values.update(paused_note=None, paused_until=None)
         if enabled and current.schedule is not None:
             start = watermarks.resumed(current.standing, now)
+            bounds = current.policy.bounds
+            if calendars is not None:
+                bounds = bounds_with_stored(bounds, calendars)
             next_fire_at = watermarks.first_fire(
-                current.schedule, current.policy.bounds, start.watermark_at, start.fired_count
+                current.schedule, bounds, start.watermark_at, start.fired_count
             )
             values.update(
                 watermark_at=start.watermark_at, next_fire_at=next_fire_at, check_at=next_fire_at

@@ -32,6 +32,7 @@ from .schedules.spec import ScheduleSpec, validate_entry
 from .store import schedules as rows
 from .store.audit import Actor, record, record_many
 from .store.audit_changes import changes as audit_changes_of
+from .store.calendars import loader
 from .store.fires import Fire
 from .store.schedule_bulk import ChunkRows, bulk_insert_schedules
 from .store.schedule_rows import StoredSchedule, Timings, columns
@@ -219,7 +220,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         now = self._clock()
         with self.database.begin() as conn:
             current = self._require(conn, name, lock=True)
-            values = self._enabled_values(current, True, now)
+            values = self._enabled_values(current, True, now, loader(conn, self._models))
             if values is None:
                 return current
             rows.update_schedule(conn, self._models, name, values)
@@ -243,6 +244,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
             if not rows.has_due_resumes(conn, self._models, when):
                 return resumed
         with self.database.begin() as conn:
+            calendars = loader(conn, self._models)
             for current in rows.lock_due_resumes(conn, self._models, when, limit):
                 until = current.paused_until or when
                 note = f"paused until {until.isoformat()} passed"
@@ -250,7 +252,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
                 try:
                     # From just before ``until``: its fire and the later ones are
                     # Beat's to send, by the catch-up policy, as for a Beat that was down.
-                    values = self._enabled_values(current, True, until - _INSTANT) or {}
+                    values = self._enabled_values(current, True, until - _INSTANT, calendars) or {}
                     values["updated_at"] = when
                 except GafferError as exc:
                     action, note = "update", f"{note}; not resumed: {exc}"

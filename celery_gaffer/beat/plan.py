@@ -15,7 +15,7 @@ from typing import Any
 
 from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
-from ..schedules.bounds import Window
+from ..schedules.bounds import Bounds, Window
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..schedules.spec import ScheduleSpec, validate_entry, validate_name
 from ..store.fires import NewFire
@@ -149,11 +149,19 @@ def with_stored_calendars(
     gives every stored calendar, called only when it names one); InvalidInput naming
     ``gaffer.skip_on`` when one does not exist."""
     bounds = spec.policy.bounds
+    found = bounds_with_stored(bounds, load)
+    if found is bounds:
+        return spec
+    return replace(spec, policy=replace(spec.policy, bounds=found))
+
+
+def bounds_with_stored(bounds: Bounds, load: Callable[[], Mapping[str, frozenset[date]]]) -> Bounds:
+    """``bounds`` with the dates of the stored calendars its calendar names (itself when
+    it names none); see :func:`with_stored_calendars`."""
     rule = bounds.calendar
     if rule is None or not rule.stored_names:
-        return spec
-    policy = replace(spec.policy, bounds=replace(bounds, calendar=rule.with_stored(load())))
-    return replace(spec, policy=policy)
+        return bounds
+    return replace(bounds, calendar=rule.with_stored(load()))
 
 
 #: Parsed schedules and validated payloads kept by :func:`usable_row`, by stored text.
