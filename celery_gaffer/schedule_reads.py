@@ -17,6 +17,7 @@ from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleNotFound
 from .protocol import Health
 from .schedules import watermarks
+from .schedules.bounds import Window
 from .schedules.changes import ScheduleChanges, new_timing
 from .schedules.kinds import Schedule
 from .schedules.preview import (
@@ -292,3 +293,15 @@ def backfillable(current: StoredSchedule) -> Schedule:
             f"name: schedule {current.name!r} is in error: {current.error}", field="name"
         )
     return current.schedule
+
+
+def backfill_window(
+    current: StoredSchedule, calendars: Callable[[], Mapping[str, frozenset[date]]]
+) -> Schedule | Window:
+    """What a backfill of ``current`` walks: its schedule through its bounds and calendars
+    (``calendars`` gives the stored ones), so a fire its calendar skips is not sent and a
+    moved one is sent at its moved time, as Beat sends them."""
+    bounds = bounds_with_stored(current.policy.bounds, calendars)
+    return bounds.window(
+        backfillable(current), fired=current.fired_count, watermark=current.watermark_at
+    )

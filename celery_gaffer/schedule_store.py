@@ -24,7 +24,13 @@ from . import schedule_sync
 from .beat import triggers
 from .exceptions import GafferError, InvalidInput, ScheduleExists
 from .schedule_calendars import CalendarMethods
-from .schedule_reads import NOTE_LENGTH, ScheduleReads, backfillable, check_editable, checked_note
+from .schedule_reads import (
+    NOTE_LENGTH,
+    ScheduleReads,
+    backfill_window,
+    check_editable,
+    checked_note,
+)
 from .schedules import watermarks
 from .schedules.changes import ScheduleChanges
 from .schedules.preview import Preview as Preview
@@ -314,7 +320,8 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have
         (recorded in the audit log when it sends any)."""
         note = checked_note(note)
-        schedule = backfillable(self.get(name))
+        with self.database.read() as conn:
+            schedule = backfill_window(self._require(conn, name), loader(conn, self._models))
 
         def recorded(conn: Connection, fires: list[Fire]) -> None:
             sent = [start.isoformat(), end.isoformat(), len(fires)]

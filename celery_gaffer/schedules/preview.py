@@ -14,6 +14,7 @@ from datetime import datetime
 from itertools import islice
 
 from ..exceptions import InvalidInput
+from .bounds import Window
 from .display import describe, when, zone_of
 from .kinds import Schedule
 
@@ -42,7 +43,7 @@ class Preview:
 
 
 def backfill_nominals(
-    schedule: Schedule, start: datetime, end: datetime, now: datetime, *, limit: int
+    schedule: Schedule | Window, start: datetime, end: datetime, now: datetime, *, limit: int
 ) -> list[datetime]:
     """The nominal times a backfill of ``(start, end]`` covers, checked as a backfill
     checks them: aware times, ``end`` not after ``now``, at most ``limit`` fires."""

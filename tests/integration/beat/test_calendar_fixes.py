@@ -87,3 +87,30 @@ def test_resume_and_beat_schedule_entries_apply_stored_calendars(
     config["cfg"]["gaffer"] = {"skip_on": ["nope"]}
     ScheduleStore(app, clock=clock, source="config").sync_config(config)
     assert "nope" in str(store.get("cfg").error)
+
+
+def test_a_backfill_skips_calendar_dates_and_sends_moved_fires_at_their_moved_time(
+    app: Celery, clock: FrozenClock, redis_url: str
+) -> None:
+    clock.now = datetime(2026, 12, 24, 8, tzinfo=UTC)
+    store = ScheduleStore(app, clock=clock)
+    store.add_calendar("freeze", ["2026-12-24"])
+    store.add(
+        "wd", "t.noop", cron("0 9 * * *", "Europe/London"),
+        gaffer={"skip_on": ["weekends", "holidays:GB"], "on_skip": "next_day"},
+    )  # fmt: skip
+    store.add(
+        "frozen", "t.noop", cron("0 9 * * *", "Europe/London"),
+        gaffer={"skip_on": ["freeze"], "on_skip": "skip"},
+    )  # fmt: skip
+    beat = Scheduler(app, clock=clock)
+    run_until(beat, clock, datetime(2026, 12, 30, 12, tzinfo=UTC))
+    before = sent(redis_url, "wd")
+    assert before == ["2026-12-24T09:00:00Z", "2026-12-29T09:00:00Z", "2026-12-30T09:00:00Z"]
+    start, end = datetime(2026, 12, 23, 10, tzinfo=UTC), datetime(2026, 12, 30, 10, tzinfo=UTC)
+    report = store.backfill("wd", start, end)
+    assert (report.sent, report.already) == (0, 3)
+    assert sent(redis_url, "wd") == before
+    # A stored calendar's date is not backfilled either.
+    store.backfill("frozen", start, end)
+    assert "2026-12-24T09:00:00Z" not in sent(redis_url, "frozen")
