@@ -405,9 +405,9 @@ class CalendarView:
                 break
         return count
 
-    def fates_between(self, start: datetime, end: datetime, limit: int = 100) -> list[Fate]:
+    def fates_between(self, start: datetime, end: datetime, limit: int | None = None) -> list[Fate]:
         """The plain schedule's fires in ``(start, end]`` that the calendar skips or moves,
-        oldest first (the latest ``limit`` of them)."""
+        oldest first (the latest ``limit`` of them; None: all)."""
         after, until = aware_utc(start, "start"), aware_utc(end, "end")
         found: list[Fate] = []
         day, last = self._day(after), self._day(until)
@@ -423,7 +423,7 @@ class CalendarView:
             if plain is None:
                 break
             day = max(day + _ONE_DAY, self._day(plain))
-        return found[-limit:]
+        return found if limit is None else found[-limit:]
 
     def __repr__(self) -> str:
         return f"CalendarView({self.schedule!r}, {self.rule.skip_on!r}, {self.rule.on_skip!r})"

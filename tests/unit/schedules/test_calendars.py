@@ -219,3 +219,10 @@ def test_a_one_off_takes_no_calendar_and_a_missing_stored_calendar_is_named() ->
         name="n", task="t", schedule=cron("0 9 * * *"), gaffer={"skip_on": ["holidays:GB-SCT"]}
     )
     assert spec.policy.bounds.calendar == CalendarRule(("holidays:GB-SCT",), "skip")
+
+
+def test_fates_between_keeps_every_fate_unless_given_a_limit() -> None:
+    every_minute = view("* * * * *", "Europe/London", ["weekends"])
+    start, end = utc(2026, 3, 6, 23), utc(2026, 3, 9, 1)  # a weekend of fires
+    assert len(every_minute.fates_between(start, end)) == 2 * 1440
+    assert len(every_minute.fates_between(start, end, 100)) == 100
