@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .beat.plan import with_stored_calendars
+from .beat.plan import bounds_with_stored, with_stored_calendars
 from .exceptions import InvalidInput
+from .schedules import watermarks
 from .schedules.calendars import validate_calendar_name
 from .schedules.spec import ScheduleSpec
 from .store import calendars as stored
+from .store import schedules as rows
 from .store.audit import record
 
 if TYPE_CHECKING:
@@ -82,6 +84,7 @@ class CalendarMethods(_Base):
                 }
                 record(conn, self.database.models, self.audit_actor, "calendar_add", None, now,
                        note=note, changes=changes)  # fmt: skip
+                self._refresh_naming(conn, name)
         return added
 
     def remove_calendar(
@@ -114,7 +117,27 @@ class CalendarMethods(_Base):
                 }
                 record(conn, models, self.audit_actor, "calendar_remove", None, now,
                        note=note, changes=changes)  # fmt: skip
+                self._refresh_naming(conn, name)
         return gone
+
+    def _refresh_naming(self, conn: Connection, name: str) -> None:
+        """Recompute, with the calendars as now stored, the next fire of each schedule
+        that names ``name`` (Beat claims a schedule by its next fire, so it sees the
+        change on its next tick)."""
+        models = self.database.models
+        calendars = stored.loader(conn, models)
+        for schedule in stored.naming_schedules(conn, models, name):
+            current = rows.read_schedule(conn, models, schedule, lock=True)
+            if current is None or current.schedule is None or current.error is not None:
+                continue
+            if not current.enabled:
+                continue  # paused: no next fire until resumed
+            bounds = bounds_with_stored(current.policy.bounds, calendars)
+            next_fire_at = watermarks.first_fire(
+                current.schedule, bounds, current.watermark_at, current.fired_count
+            )
+            values = {"next_fire_at": next_fire_at, "check_at": next_fire_at}
+            rows.update_schedule(conn, models, schedule, values)
 
     def _with_calendars(self, conn: Connection, spec: ScheduleSpec) -> ScheduleSpec:
         """``spec`` with its stored calendars' dates (a GafferError naming

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .beat.plan import with_stored_calendars
+from .beat.plan import bounds_with_stored, with_stored_calendars
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleNotFound
 from .protocol import Health
 from .schedules import watermarks
+from .schedules.bounds import Window
 from .schedules.changes import ScheduleChanges, new_timing
 from .schedules.kinds import Schedule
 from .schedules.preview import (
@@ -204,10 +205,15 @@ class ScheduleReads:
         return replace(current, policy=policy)
 
     def _enabled_values(
-        self, current: StoredSchedule, enabled: bool, now: datetime
+        self,
+        current: StoredSchedule,
+        enabled: bool,
+        now: datetime,
+        calendars: Callable[[], Mapping[str, frozenset[date]]] | None = None,
     ) -> dict[str, Any] | None:
         """The columns ``pause`` (``enabled`` False) or ``resume`` writes; None when it
-        changes nothing."""
+        changes nothing. ``calendars`` gives the stored calendars (a resume's next fire
+        applies those its schedule names)."""
         values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
         if enabled and current.error is not None:
             # Resuming a schedule in error checks it again: cleared if its cause is
@@ -220,8 +226,11 @@ class ScheduleReads:
             values.update(paused_note=None, paused_until=None)
         if enabled and current.schedule is not None:
             start = watermarks.resumed(current.standing, now)
+            bounds = current.policy.bounds
+            if calendars is not None:
+                bounds = bounds_with_stored(bounds, calendars)
             next_fire_at = watermarks.first_fire(
-                current.schedule, current.policy.bounds, start.watermark_at, start.fired_count
+                current.schedule, bounds, start.watermark_at, start.fired_count
             )
             values.update(
                 watermark_at=start.watermark_at, next_fire_at=next_fire_at, check_at=next_fire_at
@@ -330,3 +339,15 @@ def backfillable(current: StoredSchedule) -> Schedule:
             f"name: schedule {current.name!r} is in error: {current.error}", field="name"
         )
     return current.schedule
+
+
+def backfill_window(
+    current: StoredSchedule, calendars: Callable[[], Mapping[str, frozenset[date]]]
+) -> Schedule | Window:
+    """What a backfill of ``current`` walks: its schedule through its bounds and calendars
+    (``calendars`` gives the stored ones), so a fire its calendar skips is not sent and a
+    moved one is sent at its moved time, as Beat sends them."""
+    bounds = bounds_with_stored(current.policy.bounds, calendars)
+    return bounds.window(
+        backfillable(current), fired=current.fired_count, watermark=current.watermark_at
+    )

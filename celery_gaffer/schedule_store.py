@@ -25,7 +25,13 @@ from . import schedule_sync
 from .beat import triggers
 from .exceptions import GafferError, InvalidInput, ScheduleExists
 from .schedule_calendars import CalendarMethods
-from .schedule_reads import NOTE_LENGTH, ScheduleReads, backfillable, check_editable, checked_note
+from .schedule_reads import (
+    NOTE_LENGTH,
+    ScheduleReads,
+    backfill_window,
+    check_editable,
+    checked_note,
+)
 from .schedules import watermarks
 from .schedules.changes import ScheduleChanges
 from .schedules.preview import Preview as Preview
@@ -33,7 +39,7 @@ from .schedules.spec import ScheduleSpec, validate_entry
 from .store import schedules as rows
 from .store.audit import Actor, record, record_many
 from .store.audit_changes import changes as audit_changes_of
-from .store.calendars import load_calendars
+from .store.calendars import loader
 from .store.fires import Fire
 from .store.schedule_bulk import ChunkRows, bulk_insert_schedules
 from .store.schedule_rows import StoredSchedule, Timings, columns
@@ -221,8 +227,8 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         note = checked_note(note)
         now = self._clock()
         with self.database.begin() as conn:
-            current = self._with_dates(conn, self._require(conn, name, lock=True))
-            values = self._enabled_values(current, True, now)
+            current = self._require(conn, name, lock=True)
+            values = self._enabled_values(current, True, now, loader(conn, self._models))
             if values is None:
                 return current
             rows.update_schedule(conn, self._models, name, values)
@@ -246,8 +252,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
             if not rows.has_due_resumes(conn, self._models, when):
                 return resumed
         with self.database.begin() as conn:
-            # Every stored calendar, read once for the rows that name one.
-            calendars = functools.cache(lambda: load_calendars(conn, self._models))
+            calendars = loader(conn, self._models)
             for current in rows.lock_due_resumes(conn, self._models, when, limit):
                 until = current.paused_until or when
                 note = f"paused until {until.isoformat()} passed"
@@ -255,8 +260,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
                 try:
                     # From just before ``until``: its fire and the later ones are
                     # Beat's to send, by the catch-up policy, as for a Beat that was down.
-                    dated = self._with_dates(conn, current, calendars)
-                    values = self._enabled_values(dated, True, until - _INSTANT) or {}
+                    values = self._enabled_values(current, True, until - _INSTANT, calendars) or {}
                     values["updated_at"] = when
                 except GafferError as exc:
                     action, note = "update", f"{note}; not resumed: {exc}"
@@ -318,7 +322,8 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         """Publish the fires of ``name`` in ``(start, end]`` that the ledger does not have
         (recorded in the audit log when it sends any)."""
         note = checked_note(note)
-        schedule = backfillable(self.get(name))
+        with self.database.read() as conn:
+            schedule = backfill_window(self._require(conn, name), loader(conn, self._models))
 
         def recorded(conn: Connection, fires: list[Fire]) -> None:
             sent = [start.isoformat(), end.isoformat(), len(fires)]

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
+from .beat.plan import with_stored_calendars
 from .clock import Clock
 from .exceptions import GafferError, InvalidInput
 from .protocol import Catchup, Overlap
@@ -26,6 +27,7 @@ from .store import Database
 from .store import schedules as rows
 from .store.audit import Actor, record
 from .store.audit_changes import changes as audit_changes
+from .store.calendars import loader
 from .store.schedule_rows import StoredSchedule, columns, differs, stored
 
 logger = logging.getLogger("celery_gaffer.schedules")
@@ -94,6 +96,7 @@ def _sync(
 
     wanted = {spec.name: spec for spec in specs}
     with database.begin() as conn:
+        calendars = loader(conn, models)
         existing = rows.lock_config_rows(conn, models, [*wanted, *broken])
         for name in [*wanted, *broken]:
             row = existing.get(name)
@@ -108,17 +111,24 @@ def _sync(
             current = None if row is None else stored(row)
             if name in wanted:
                 spec = wanted[name]
+                missing: dict[str, Any] = {}
+                try:
+                    spec = with_stored_calendars(spec, calendars)
+                except GafferError as exc:  # a stored calendar it names does not exist
+                    # In error, as an entry whose task this app lacks: Beat checks it again.
+                    missing = {"error": f"{name}: {exc}", "next_fire_at": now, "check_at": now}
                 if current is None:
                     new_row = {"name": name, "source": source, "created_at": now}
                     new_row.update(columns(spec, watermarks.added(spec, now).watermark_at, now))
-                    rows.insert_schedules(conn, models, [new_row])
+                    rows.insert_schedules(conn, models, [{**new_row, **missing}])
                     recorded(conn, "add", name, None)
                     continue
                 start = watermarks.kept(current.standing, spec, now)
                 values = columns(spec, start.watermark_at, now, start.fired_count)
+                values.update(missing)
                 if watermarks.stays_paused(current.standing):
                     values.update(enabled=False, next_fire_at=None, check_at=None)
-                if current.error is not None or differs(current, spec):
+                if current.error is not None or missing or differs(current, spec):
                     rows.update_schedule(conn, models, name, values)
                     recorded(conn, "update", name, current)
                 continue

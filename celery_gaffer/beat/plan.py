@@ -15,7 +15,7 @@ from typing import Any
 
 from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
-from ..schedules.bounds import Window
+from ..schedules.bounds import Bounds, Window
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec, validate_entry, validate_name
 from ..store.fires import NewFire
@@ -157,11 +157,17 @@ def policy_with_stored_calendars(
 ) -> Policy:
     """``policy`` with the dates of the stored calendars its ``skip_on`` names (see
     :func:`with_stored_calendars`); ``policy`` itself when it names none."""
-    bounds = policy.bounds
+    bounds = bounds_with_stored(policy.bounds, load)
+    return policy if bounds is policy.bounds else replace(policy, bounds=bounds)
+
+
+def bounds_with_stored(bounds: Bounds, load: Callable[[], Mapping[str, frozenset[date]]]) -> Bounds:
+    """``bounds`` with the dates of the stored calendars its calendar names (itself when
+    it names none); see :func:`with_stored_calendars`."""
     rule = bounds.calendar
     if rule is None or not rule.stored_names:
-        return policy
-    return replace(policy, bounds=replace(bounds, calendar=rule.with_stored(load())))
+        return bounds
+    return replace(bounds, calendar=rule.with_stored(load()))
 
 
 #: Parsed schedules and validated payloads kept by :func:`usable_row`, by stored text.

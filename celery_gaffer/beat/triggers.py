@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from ..clock import Clock
 from ..exceptions import InvalidInput, ScheduleNotFound
 from ..protocol import FireKind, FireState
+from ..schedules.bounds import Window
 from ..schedules.kinds import Schedule
 from ..schedules.preview import backfill_nominals
 from ..store import Database
@@ -82,7 +83,7 @@ def backfill(
     app: Any,
     database: Database,
     name: str,
-    schedule: Schedule,
+    schedule: Schedule | Window,
     start: datetime,
     end: datetime,
     clock: Clock,

@@ -141,7 +141,9 @@ def _fates(view: CalendarView | None, explanation: Explanation) -> dict[datetime
     if view is None or not explanation.fires:
         return {}
     first, last = explanation.fires[0].utc, explanation.fires[-1].utc
-    return {fate.nominal: fate for fate in view.fates_between(first - timedelta(seconds=1), last)}
+    return {
+        fate.nominal: fate for fate in view.fates_between(first - timedelta(seconds=1), last, 100)
+    }
 
 
 def _count(text: str) -> int:

@@ -41,8 +41,11 @@ WEEKENDS = "weekends"
 HOLIDAYS_PREFIX = "holidays:"
 _HOLIDAY_NAME = re.compile(r"holidays:([A-Z]{2,3})(?:-([A-Za-z0-9]{1,10}))?")
 _ONE_DAY = timedelta(days=1)
+_ONE_MICRO = timedelta(microseconds=1)
 # Days walked past without a fire before giving up on a next / previous fire.
 _MAX_WALK = 4_000
+# Days whose answers a view keeps.
+_CACHE_DAYS = 64
 
 
 def validate_calendar_name(name: Any, field_name: str = "name") -> str:
@@ -224,6 +227,10 @@ class CalendarView:
         self.rule = rule
         self._zone_name = zone_name(schedule)
         self._zone = load_zone(self._zone_name)
+        # Per-day answers, kept while the view lives (a tick asks of the same days
+        # many times: each catch-up fire's fate, each moved fire's source).
+        self._days: dict[date, list[tuple[datetime, Fate | None]]] = {}
+        self._reasons: dict[date, tuple[str, str] | None] = {}
 
     @property
     def jitter(self) -> float:
@@ -237,6 +244,13 @@ class CalendarView:
     def _day(self, instant: datetime) -> date:
         return instant.astimezone(self._zone).date()
 
+    def _reason(self, day: date) -> tuple[str, str] | None:
+        if day not in self._reasons:
+            if len(self._reasons) >= _CACHE_DAYS:
+                self._reasons.clear()
+            self._reasons[day] = self.rule.reason(day)
+        return self._reasons[day]
+
     def _start(self, day: date) -> datetime:
         # Local midnight, a little early: the fires of ``day`` are filtered by their date.
         return datetime.combine(day, time(0), self._zone).astimezone(UTC) - timedelta(hours=3)
@@ -246,18 +260,20 @@ class CalendarView:
         return [f for f in fires if self._day(f) == day]
 
     def _same_time_on(self, fire: datetime, day: date) -> datetime | None:
-        """The schedule's fire at ``fire``'s local wall time on ``day``."""
+        """The schedule's own fire for ``fire``'s intended wall time on ``day``: the wall
+        time its rules matched (inside a spring-forward gap for a fire at the gap's end),
+        mapped as the schedule maps it on that date (None: a wildcard cron's time in a gap)."""
         if not isinstance(self.schedule, Cron):  # every: UTC, no DST
             return fire + (day - self._day(fire))
-        wall = fire.astimezone(self._zone)
-        one_day = Cron(f"{wall.minute} {wall.hour} {day.day} {day.month} *", self._zone_name)
-        found = one_day.next_after(self._start(day))
+        engine = self.schedule.engine
+        wall = engine.matched_wall(fire)
+        found = engine.fire_at_wall(datetime.combine(day, wall.time()))
         return found if found is not None and self._day(found) == day else None
 
     def fate(self, fire: datetime) -> Fate | None:
         """What the calendar does to the plain schedule's fire ``fire`` (None: nothing)."""
         day = self._day(fire)
-        found = self.rule.reason(day)
+        found = self._reason(day)
         if found is None:
             return None
         calendar, label = found
@@ -266,7 +282,7 @@ class CalendarView:
             step = _ONE_DAY if self.rule.on_skip == "next_day" else -_ONE_DAY
             target = day + step
             for _ in range(MAX_MOVE_DAYS):
-                if self.rule.reason(target) is None:
+                if self._reason(target) is None:
                     moved = self._same_time_on(fire, target)
                     break
                 target += step
@@ -275,14 +291,22 @@ class CalendarView:
     def _fires_on(self, day: date) -> list[tuple[datetime, Fate | None]]:
         """The fires on ``day`` with the calendar applied, ascending, each with the fate
         that moved it there (None: a plain fire)."""
-        if self.rule.reason(day) is not None:
+        found = self._days.get(day)
+        if found is None:
+            if len(self._days) >= _CACHE_DAYS:
+                self._days.clear()
+            found = self._days[day] = self._compute_fires_on(day)
+        return found
+
+    def _compute_fires_on(self, day: date) -> list[tuple[datetime, Fate | None]]:
+        if self._reason(day) is not None:
             return []
         found: dict[datetime, Fate | None] = {f: None for f in self._plain_fires_on(day)}
         if self.rule.on_skip != "skip":
             step = -_ONE_DAY if self.rule.on_skip == "next_day" else _ONE_DAY
             source = day + step
             for _ in range(MAX_MOVE_DAYS):
-                if self.rule.reason(source) is None:
+                if self._reason(source) is None:
                     break
                 for fire in self._plain_fires_on(source):
                     fate = self.fate(fire)
@@ -294,6 +318,8 @@ class CalendarView:
     def moved_here(self, nominal: datetime) -> Fate | None:
         """The fate that moved a fire to ``nominal``, when it is a moved fire (and not a
         fire of the plain schedule too)."""
+        if self.rule.on_skip == "skip":
+            return None
         for fire, fate in self._fires_on(self._day(nominal)):
             if fire == nominal:
                 return fate
@@ -303,7 +329,13 @@ class CalendarView:
 
     def fires_between(self, start: datetime, end: datetime) -> Iterator[datetime]:
         after, until = aware_utc(start, "start"), aware_utc(end, "end")
+        if self.rule.on_skip == "skip":  # the plain fires, those on calendar dates left out
+            fires = self.schedule.fires_between(after, until)
+            return (f for f in fires if self._reason(self._day(f)) is None)
         return self._walk(after, until)
+
+    def _midnight(self, day: date) -> datetime:
+        return datetime.combine(day, time(0), self._zone).astimezone(UTC)
 
     def _next_busy_day(self, day: date) -> date | None:
         """The first day after ``day`` that may hold a fire (a fire is moved at most
@@ -330,6 +362,13 @@ class CalendarView:
 
     def next_after(self, t: datetime) -> datetime | None:
         after = aware_utc(t, "t")
+        if self.rule.on_skip == "skip":
+            for _ in range(_MAX_WALK):
+                fire = self.schedule.next_after(after)
+                if fire is None or self._reason(self._day(fire)) is None:
+                    return fire
+                after = max(fire, self._midnight(self._day(fire) + _ONE_DAY) - _ONE_MICRO)
+            return None
         day: date | None = self._day(after)
         for _ in range(_MAX_WALK):
             if day is None:
@@ -342,6 +381,13 @@ class CalendarView:
 
     def last_at_or_before(self, t: datetime) -> datetime | None:
         until = aware_utc(t, "t")
+        if self.rule.on_skip == "skip":
+            for _ in range(_MAX_WALK):
+                fire = self.schedule.last_at_or_before(until)
+                if fire is None or self._reason(self._day(fire)) is None:
+                    return fire
+                until = min(fire, self._midnight(self._day(fire))) - _ONE_MICRO
+            return None
         day: date | None = self._day(until)
         for _ in range(_MAX_WALK):
             if day is None:
@@ -359,14 +405,14 @@ class CalendarView:
                 break
         return count
 
-    def fates_between(self, start: datetime, end: datetime, limit: int = 100) -> list[Fate]:
+    def fates_between(self, start: datetime, end: datetime, limit: int | None = None) -> list[Fate]:
         """The plain schedule's fires in ``(start, end]`` that the calendar skips or moves,
-        oldest first (the latest ``limit`` of them)."""
+        oldest first (the latest ``limit`` of them; None: all)."""
         after, until = aware_utc(start, "start"), aware_utc(end, "end")
         found: list[Fate] = []
         day, last = self._day(after), self._day(until)
         while day <= last:
-            if self.rule.reason(day) is not None:
+            if self._reason(day) is not None:
                 for fire in self._plain_fires_on(day):
                     fate = self.fate(fire)
                     if fate is not None and after < fire <= until:
@@ -377,7 +423,7 @@ class CalendarView:
             if plain is None:
                 break
             day = max(day + _ONE_DAY, self._day(plain))
-        return found[-limit:]
+        return found if limit is None else found[-limit:]
 
     def __repr__(self) -> str:
         return f"CalendarView({self.schedule!r}, {self.rule.skip_on!r}, {self.rule.on_skip!r})"

@@ -222,6 +222,32 @@ class ZonedCron:
                 last = fire
                 yield fire
 
+    def matched_wall(self, fire: datetime) -> datetime:
+        """The naive wall time whose match gave the fire ``fire`` (a fire of this engine):
+        its own wall time, or, for the fire at the end of a spring-forward gap, the first
+        matching wall time inside the gap (the one the coalesced fire stands for)."""
+        local = fire.astimezone(self._zone)
+        wall = local.replace(tzinfo=None, fold=0)
+        before = (fire - _ONE_SECOND).astimezone(self._zone)
+        if self._fixed_time and before.utcoffset() != local.utcoffset():
+            gap_start = before.replace(tzinfo=None, fold=0) + _ONE_SECOND
+            if gap_start < wall:  # a spring-forward gap ends at ``fire``
+                sim = copy.copy(self._template)
+                sim.dt = gap_start - _ONE_SECOND
+                try:
+                    match = next(sim)
+                except StopIteration:  # pragma: no cover - ``fire`` is a fire
+                    return wall
+                if match < wall:
+                    return match
+        return wall
+
+    def fire_at_wall(self, wall: datetime) -> datetime | None:
+        """The fire this engine's rules give a match at the naive wall time ``wall`` (the
+        first, when the wall time happens twice; None: a wildcard match in a gap)."""
+        instants, _lowest = self._instants(wall)
+        return instants[0] if instants else None
+
     def _scan_start(self, after: datetime) -> datetime:
         """The naive wall time from which cronsim must look for fires after ``after``."""
         local = after.astimezone(self._zone)

@@ -316,6 +316,11 @@ class Cron(GafferSchedule):
     def _fires_after(self, after: datetime) -> Iterator[datetime]:
         return self._engine.fires_after(after)
 
+    @property
+    def engine(self) -> ZonedCron:
+        """The engine that maps its wall-clock matches to instants."""
+        return self._engine
+
     def next_after(self, t: datetime) -> datetime | None:
         """The first fire strictly after ``t`` (aware, any zone), as aware UTC; None when
         there is none within 50 years. Computed once per expression, zone and instant."""

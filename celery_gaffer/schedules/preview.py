@@ -43,7 +43,7 @@ class Preview:
 
 
 def backfill_nominals(
-    schedule: Schedule, start: datetime, end: datetime, now: datetime, *, limit: int
+    schedule: Schedule | Window, start: datetime, end: datetime, now: datetime, *, limit: int
 ) -> list[datetime]:
     """The nominal times a backfill of ``(start, end]`` covers, checked as a backfill
     checks them: aware times, ``end`` not after ``now``, at most ``limit`` fires."""

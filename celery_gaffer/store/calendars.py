@@ -6,7 +6,7 @@ A calendar exists while it has a date. Schedules name them in ``skip_on``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import date
 from typing import Any
 
@@ -30,6 +30,19 @@ def load_calendars(
     for name, day in conn.execute(stmt):
         found.setdefault(name, set()).add(day)
     return {name: frozenset(dates) for name, dates in found.items()}
+
+
+def loader(conn: Connection, models: Models) -> Callable[[], Mapping[str, frozenset[date]]]:
+    """A function giving every stored calendar, read by its first call only (one read for
+    all the schedules of a call or chunk)."""
+    found: list[dict[str, frozenset[date]]] = []
+
+    def load() -> Mapping[str, frozenset[date]]:
+        if not found:
+            found.append(load_calendars(conn, models))
+        return found[0]
+
+    return load
 
 
 def add_days(conn: Connection, models: Models, name: str, days: Iterable[date]) -> list[date]:

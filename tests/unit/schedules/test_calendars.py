@@ -3,7 +3,7 @@ against the ``holidays`` package's own dates."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,6 +14,7 @@ from celery_gaffer.schedules.calendars import CalendarRule, CalendarView, valida
 from celery_gaffer.schedules.spec import validate_entry
 
 UTC = timezone.utc
+ONE_DAY = timedelta(days=1)
 LONDON = ZoneInfo("Europe/London")
 
 
@@ -123,6 +124,49 @@ def test_a_moved_fire_in_the_spring_gap_follows_the_cron_rule_for_the_gap() -> N
     assert moved == utc(2027, 3, 28, 1, 0)
 
 
+@pytest.mark.parametrize(
+    ("expr", "tz", "gap_day", "on_skip", "expected"),
+    [
+        # Sunday 8 March 2026 has no 02:30 in New York: its fire runs at 03:00 EDT.
+        ("30 2 * * *", "America/New_York", date(2026, 3, 8), "next_day", "Mon 2026-03-09 02:30"),
+        (
+            "30 2 * * *",
+            "America/New_York",
+            date(2026, 3, 8),
+            "previous_day",
+            "Fri 2026-03-06 02:30",
+        ),
+        # Sunday 28 March 2027 has no 01:30 in London: its fire runs at 02:00 BST.
+        ("30 1 * * *", "Europe/London", date(2027, 3, 28), "next_day", "Mon 2027-03-29 01:30"),
+        ("30 1 * * *", "Europe/London", date(2027, 3, 28), "previous_day", "Fri 2027-03-26 01:30"),
+    ],
+)
+def test_a_fire_moved_off_a_spring_forward_day_keeps_the_schedules_own_time(
+    expr: str, tz: str, gap_day: date, on_skip: str, expected: str
+) -> None:
+    daily = view(expr, tz, ["weekends"], on_skip)
+    zone = ZoneInfo(tz)
+    start = datetime.combine(gap_day, datetime.min.time(), UTC)
+    fires = list(daily.fires_between(start - 4 * ONE_DAY, start + 4 * ONE_DAY))
+    shown = local(fires, zone)
+    # The moved fire is the target day's own fire: sent once, at the cron's time.
+    assert shown.count(expected) == 1
+    assert len(fires) == len(set(f.astimezone(zone).date() for f in fires))
+    assert all(f.astimezone(zone).strftime("%H:%M") == expected[-5:] for f in fires)
+    (sunday,) = daily.fates_between(start, start + ONE_DAY)
+    assert sunday.moved_to is not None
+    assert local([sunday.moved_to], zone) == [expected]
+
+
+def test_a_wildcard_cron_moved_into_a_spring_gap_is_skipped_as_its_own_fire_would_be() -> None:
+    rule = CalendarRule(("x",), "next_day").with_stored({"x": [date(2027, 3, 27)]})
+    weekly = CalendarView(cron("*/30 1 * * 6", "Europe/London"), rule)
+    # 01:00 and 01:30 do not exist on 28 March 2027: a wildcard cron does not fire then.
+    assert list(weekly.fires_between(utc(2027, 3, 26), utc(2027, 3, 29))) == []
+    fates = weekly.fates_between(utc(2027, 3, 26), utc(2027, 3, 29))
+    assert [fate.moved_to for fate in fates] == [None, None]
+
+
 def test_every_reads_dates_in_utc_and_weekends_skip() -> None:
     rule = validate_calendars({"skip_on": ["weekends"]})
     assert rule is not None
@@ -175,3 +219,10 @@ def test_a_one_off_takes_no_calendar_and_a_missing_stored_calendar_is_named() ->
         name="n", task="t", schedule=cron("0 9 * * *"), gaffer={"skip_on": ["holidays:GB-SCT"]}
     )
     assert spec.policy.bounds.calendar == CalendarRule(("holidays:GB-SCT",), "skip")
+
+
+def test_fates_between_keeps_every_fate_unless_given_a_limit() -> None:
+    every_minute = view("* * * * *", "Europe/London", ["weekends"])
+    start, end = utc(2026, 3, 6, 23), utc(2026, 3, 9, 1)  # a weekend of fires
+    assert len(every_minute.fates_between(start, end)) == 2 * 1440
+    assert len(every_minute.fates_between(start, end, 100)) == 100
