@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .exceptions import ConfigurationError
+from .runtime import runtime
 
 __all__ = [
     "TRACE_URL_KEY",
@@ -41,39 +42,38 @@ TRACE_URL_KEY = "gaffer_trace_url"
 #: The tracer's name (the instrumentation scope of Gaffer's spans).
 SCOPE = "celery_gaffer"
 
-_UNSET: Any = object()
-#: The tracer (None: OpenTelemetry is not installed), found once.
-_tracer: Any = _UNSET
-#: CeleryInstrumentor's instance, when opentelemetry-instrumentation-celery is installed.
-_instrumentor: Any = _UNSET
+
+class Telemetry:
+    """What this process found of OpenTelemetry, once (a part of the runtime)."""
+
+    def __init__(self) -> None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            #: Gaffer's tracer; None: OpenTelemetry is not installed.
+            self.tracer: Any | None = None
+        else:
+            self.tracer = trace.get_tracer(SCOPE)
+        try:
+            from opentelemetry.instrumentation.celery import CeleryInstrumentor
+        except ImportError:
+            #: opentelemetry-instrumentation-celery's instrumentor (a singleton), if installed.
+            self.instrumentor: Any | None = None
+        else:
+            self.instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
 
 
 def tracer() -> Any | None:
     """Gaffer's tracer, or None when ``opentelemetry-api`` is not installed.
 
     The API's tracer follows the provider the app sets, even one set later."""
-    global _tracer
-    if _tracer is _UNSET:
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _tracer = None
-        else:
-            _tracer = trace.get_tracer(SCOPE)
-    return _tracer
+    return runtime().part("telemetry", Telemetry).tracer
 
 
 def _instrumented() -> bool:
     """Whether opentelemetry-instrumentation-celery instruments Celery in this process."""
-    global _instrumentor
-    if _instrumentor is _UNSET:
-        try:
-            from opentelemetry.instrumentation.celery import CeleryInstrumentor
-        except ImportError:
-            _instrumentor = None
-        else:
-            _instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
-    return _instrumentor is not None and bool(_instrumentor.is_instrumented_by_opentelemetry)
+    instrumentor = runtime().part("telemetry", Telemetry).instrumentor
+    return instrumentor is not None and bool(instrumentor.is_instrumented_by_opentelemetry)
 
 
 def trace_id_of(span: Any) -> str | None:
