@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import pytest
 
@@ -24,7 +25,9 @@ __all__ = ["gaffer_app", "gaffer_beat", "gaffer_database_url"]
 _BROKER = {"broker_url": "memory://", "broker_write_url": None, "broker_transport": None}
 #: Celery's environment variables that win over ``broker_url`` (unset for the test).
 _BROKER_VARIABLES = ("CELERY_BROKER_URL", "CELERY_BROKER_WRITE_URL", "CELERY_BROKER_READ_URL")
-_MIGRATED = pytest.StashKey[set[tuple[str, str]]]()
+#: The databases and prefixes migrated in each test session (pytest's config); a plain
+#: mapping, not ``config.stash``, so that loading the plugin works on any pytest.
+_MIGRATED: WeakKeyDictionary[Any, set[tuple[str, str]]] = WeakKeyDictionary()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,13 +91,16 @@ def gaffer_beat(
     app = gaffer_app
     settings = {**_BROKER, "gaffer_database_url": gaffer_database_url}
     saved = {name: app.conf.get(name) for name in settings}
+    # The app's producer pool keeps the broker it was made for: dropped before and after,
+    # so that the test's publishes go to memory:// and later ones to the app's own broker.
+    _forget_producers(app)
     app.conf.update(settings)
     forget_settings(app)
     beat = None
     try:
         check_in_memory(app)
         database = database_for(app)
-        migrated = request.config.stash.setdefault(_MIGRATED, set())
+        migrated = _MIGRATED.setdefault(request.config, set())
         where = (gaffer_database_url, database.settings.table_prefix)
         if where not in migrated:
             database.migrate()
@@ -105,5 +111,15 @@ def gaffer_beat(
     finally:
         if beat is not None:
             beat.close()
+        _forget_producers(app)
         app.conf.update(saved)
         forget_settings(app)
+
+
+def _forget_producers(app: Any) -> None:
+    """Drop the app's AMQP helper (a cached property, made again on next use), and with
+    it the producer pool it made for the broker configured then."""
+    try:
+        del app.amqp
+    except AttributeError:
+        pass  # not made yet

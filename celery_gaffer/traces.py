@@ -14,6 +14,7 @@ header is added and no attribute set. Only public OpenTelemetry APIs are used.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,8 @@ __all__ = [
     "trace_url_setting",
     "tracer",
 ]
+
+logger = logging.getLogger("celery_gaffer.traces")
 
 #: The setting of the console's link to a trace.
 TRACE_URL_KEY = "gaffer_trace_url"
@@ -208,6 +211,25 @@ class RunTrace:
     trace_id: str | None
 
 
+class Warned(set[str]):
+    """The warnings of this module already logged in this process."""
+
+
+def _warn_ended_before_gaffer() -> None:
+    """The instrumentation's run span ended before Gaffer's postrun receiver ran: its
+    receivers were connected first, and the run's outcome cannot be set on it. Said once."""
+    warned = runtime().part("traces_warned", Warned)
+    if "ended" in warned:
+        return
+    warned.add("ended")
+    logger.warning(
+        "the run span of opentelemetry-instrumentation-celery ended before celery-gaffer "
+        "could set its outcome: call CeleryInstrumentor().instrument() after "
+        "celery_gaffer.install(app)",
+        extra={"action": "trace_outcome_lost"},
+    )
+
+
 def extract_context(request: Any) -> Any:
     """The context a Celery request's headers carry (the fire's span's)."""
     from opentelemetry import propagate
@@ -260,6 +282,8 @@ def end_run(run: RunTrace, attributes: dict[str, Any], failed: bool) -> None:
         span.set_attributes({k: v for k, v in attributes.items() if v is not None})
         if failed:
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(attributes["gaffer.outcome"])))
+    elif not run.owned and run.trace_id is not None:
+        _warn_ended_before_gaffer()
     if run.owned:
         span.end()
         context.detach(run.token)

@@ -207,3 +207,54 @@ def test_a_users_suite_gets_the_fixture_from_the_entry_point_and_a_wrong_dst_ass
     without = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:gaffer")
     without.assert_outcomes(errors=2)
     without.stdout.fnmatch_lines(["*fixture 'gaffer_beat' not found*"])
+
+
+POOLED_CONFTEST = """
+import pytest
+from celery import Celery
+
+# The user's app on a real Redis, whose producer pool was made before the test.
+app = Celery("shop", broker={broker!r}, set_as_current=False)
+
+
+@app.task(name="shop.nightly")
+def nightly():
+    return "done"
+
+
+@pytest.fixture
+def gaffer_app():
+    with app.producer_or_acquire():
+        pass
+    yield app
+    with app.producer_or_acquire() as producer:  # the app's own broker again
+        assert producer.connection.transport.driver_type == "redis"
+"""
+
+POOLED_SUITE = """
+from celery_gaffer import every
+
+
+def test_a_trigger_goes_to_memory_not_to_the_apps_broker(gaffer_beat):
+    gaffer_beat.start(at="2027-01-04T09:00Z")
+    gaffer_beat.store.add("nightly", "shop.nightly", every(3600))
+    gaffer_beat.store.trigger("nightly")
+    assert gaffer_beat.app.conf.broker_url == "memory://"
+"""
+
+
+@pytest.mark.redis
+def test_an_apps_producer_pool_made_before_the_test_does_not_reach_its_real_broker(
+    pytester: pytest.Pytester, redis_url: str
+) -> None:
+    import redis
+
+    pytester.makeconftest(POOLED_CONFTEST.format(broker=redis_url))
+    pytester.makepyfile(test_pooled=POOLED_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.llen("celery") == 0  # nothing published to the real broker
+    finally:
+        client.close()
