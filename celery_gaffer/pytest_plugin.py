@@ -13,6 +13,7 @@ Loading the plugin imports nothing of celery-gaffer and wires nothing: fixtures 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -119,7 +120,5 @@ def gaffer_beat(
 def _forget_producers(app: Any) -> None:
     """Drop the app's AMQP helper (a cached property, made again on next use), and with
     it the producer pool it made for the broker configured then."""
-    try:
+    with suppress(AttributeError):  # not made yet
         del app.amqp
-    except AttributeError:
-        pass  # not made yet
