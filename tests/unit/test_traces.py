@@ -153,3 +153,24 @@ def test_without_opentelemetry_nothing_is_imported_or_traced() -> None:
         [sys.executable, "-c", lazy], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert imported.stdout.strip() == "[]"
+
+
+def test_an_instrumentation_span_ended_before_gaffer_ends_the_run_is_said_once(
+    tracer: Any, exported: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Instrumented after install() the other way round, its receiver ends its span
+    first: the outcome cannot be set, and the log says so (once), naming the fix."""
+    from celery_gaffer.runtime import runtime
+    from celery_gaffer.traces import RunTrace
+
+    runtime().part("traces_warned", set).discard("ended")
+    ended = tracer.start_span("run/t.settle")
+    ended.end()
+    trace_id = f"{ended.get_span_context().trace_id:032x}"
+    caplog.set_level("WARNING", logger="celery_gaffer.traces")
+    for _ in range(2):
+        end_run(RunTrace(ended, False, None, trace_id), {"gaffer.outcome": "succeeded"}, False)
+    lines = [r.getMessage() for r in caplog.records if r.name == "celery_gaffer.traces"]
+    assert len(lines) == 1
+    assert "after celery_gaffer.install(app)" in lines[0]
+    assert "gaffer.outcome" not in exported.get_finished_spans()[0].attributes
