@@ -5,17 +5,18 @@ Real SQLite / PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from celery import Celery
-from sqlalchemy import event
+from sqlalchemy import event, update
 
-from celery_gaffer import ScheduleStore, cron
+from celery_gaffer import InvalidInput, Scheduler, ScheduleStore, cron
 from celery_gaffer.beat.health import all_health, check_due_within
 from celery_gaffer.beat.survey import states
 from celery_gaffer.store import database_for
+from celery_gaffer.store.models import table_of
 
 from ...support import FrozenClock, noop_app
 
@@ -68,3 +69,61 @@ def test_health_reads_the_stored_calendars_once_per_batch(app: Celery, clock: Fr
     with CalendarReads(app) as reads, database.begin() as conn:
         assert len(list(states(conn, database.models, later, database.settings))) == 12
     assert reads.count == 1
+
+
+SATURDAYS = cron("0 9 * * 6", "Europe/London")
+WEEKENDS = {"skip_on": ["weekends"], "on_skip": "skip"}
+
+
+def test_a_schedule_whose_every_fire_is_on_its_calendars_is_refused_or_put_in_error(
+    app: Celery, clock: FrozenClock
+) -> None:
+    clock.now = datetime(2026, 12, 1, 8, tzinfo=UTC)
+    store = ScheduleStore(app, clock=clock)
+    with pytest.raises(InvalidInput, match="no fire survives the calendars") as refused:
+        store.add("sat", "t.noop", SATURDAYS, gaffer=WEEKENDS)
+    assert refused.value.field == "gaffer.skip_on"
+    with pytest.raises(InvalidInput, match="no fire survives") as paused:
+        store.add("sat", "t.noop", SATURDAYS, gaffer={**WEEKENDS, "enabled": False})
+    assert paused.value.field == "gaffer.skip_on"
+    with pytest.raises(InvalidInput, match="no fire survives"):
+        store.add_many([{"name": "sat", "task": "t.noop", "schedule": SATURDAYS,
+                         "gaffer": WEEKENDS}])  # fmt: skip
+    # Moved to Monday, the fires survive.
+    store.add("sat", "t.noop", SATURDAYS, gaffer={**WEEKENDS, "on_skip": "next_day"})
+    assert store.get("sat").next_fire_at == datetime(2026, 12, 7, 9, tzinfo=UTC)
+    with pytest.raises(InvalidInput, match="no fire survives") as updated:
+        store.update("sat", gaffer={"on_skip": "skip"})
+    assert updated.value.field == "gaffer.skip_on"
+    with pytest.raises(InvalidInput, match="no fire survives"):
+        store.add("sat", "t.noop", SATURDAYS, gaffer=WEEKENDS, replace=True)
+    # A stored calendar: its dates are known where the store resolves them.
+    store.add_calendar("freeze", ["2026-12-02"])
+    store.add("wed", "t.noop", cron("0 9 * * 3", "UTC"), gaffer={"skip_on": ["freeze"]})
+    wednesdays = [f"{datetime(2026, 12, 9) + timedelta(weeks=n):%Y-%m-%d}" for n in range(60)]
+    with pytest.raises(InvalidInput, match=r"schedule 'wed': gaffer\.skip_on: no fire") as day:
+        store.add_calendar("freeze", wednesdays)
+    assert day.value.field == "days"
+    assert store.calendars()["freeze"] == [date(2026, 12, 2)]
+    # Config: the entry is put in error, the sync goes on.
+    config = {"cfg": {"task": "t.noop", "schedule": SATURDAYS, "gaffer": WEEKENDS},
+              "ok": {"task": "t.noop", "schedule": SATURDAYS}}  # fmt: skip
+    ScheduleStore(app, clock=clock, source="config").sync_config(config)
+    assert "no fire survives" in str(store.get("cfg").error)
+    assert store.get("cfg").enabled
+    assert store.get("ok").next_fire_at == datetime(2026, 12, 5, 9, tzinfo=UTC)
+
+
+def test_beat_puts_a_stored_row_no_fire_of_which_survives_in_error_at_once(
+    app: Celery, clock: FrozenClock
+) -> None:
+    clock.now = datetime(2026, 12, 1, 8, tzinfo=UTC)
+    store = ScheduleStore(app, clock=clock)
+    store.add("sat", "t.noop", SATURDAYS, gaffer={**WEEKENDS, "on_skip": "next_day"})
+    database = database_for(app)
+    table = table_of(database.models.Schedule)
+    with database.begin() as conn:  # written by hand, or by an older version
+        conn.execute(update(table).where(table.c.name == "sat").values(on_skip="skip"))
+    clock.advance(7 * 86400)
+    Scheduler(app, clock=clock).tick()  # not a walk of 4,000 days: a year's
+    assert "no fire survives" in str(store.get("sat").error)
