@@ -257,6 +257,8 @@ class ScheduleReads:
                 "gaffer.enabled: pause or resume the schedule instead", field="enabled"
             )
         policy.update(given)
+        if "skip_on" in given and not given["skip_on"] and "on_skip" not in given:
+            policy["on_skip"] = None  # off its calendars: what a fire on their dates did too
         timing = new_timing(name, current.schedule, changes)
         if timing == current.schedule:
             timing = None  # the same timing: its backlog is kept

@@ -18,7 +18,7 @@ from celery_gaffer.beat.survey import states
 from celery_gaffer.store import database_for
 from celery_gaffer.store.models import table_of
 
-from ...support import FrozenClock, noop_app
+from ...support import FrozenClock, gaffer_cli, noop_app
 
 UTC = timezone.utc
 
@@ -127,3 +127,27 @@ def test_beat_puts_a_stored_row_no_fire_of_which_survives_in_error_at_once(
     clock.advance(7 * 86400)
     Scheduler(app, clock=clock).tick()  # not a walk of 4,000 days: a year's
     assert "no fire survives" in str(store.get("sat").error)
+
+
+def test_emptying_skip_on_clears_on_skip_through_the_store_and_the_cli(
+    app: Celery, clock: FrozenClock
+) -> None:
+    clock.now = datetime(2026, 12, 1, 8, tzinfo=UTC)
+    store = ScheduleStore(app, clock=clock)
+    moved = {**WEEKENDS, "on_skip": "next_day"}
+    store.add("sat", "t.noop", SATURDAYS, gaffer=moved)
+    updated = store.update("sat", gaffer={"skip_on": []})
+    assert (updated.policy.bounds.skip_on, updated.policy.bounds.on_skip) == (None, "skip")
+    assert updated.next_fire_at == datetime(2026, 12, 5, 9, tzinfo=UTC)
+    with pytest.raises(InvalidInput, match="needs skip_on calendars") as lone:
+        store.update("sat", gaffer={"skip_on": [], "on_skip": "next_day"})
+    assert lone.value.field == "gaffer.on_skip"
+    store.update("sat", gaffer=moved)
+    result = gaffer_cli(app, "update", "sat", "--no-skip-on")
+    assert result.exit_code == 0, result.stderr
+    assert "skip_on: weekends -> none" in result.stdout
+    assert "on_skip: next_day -> skip" in result.stdout
+    assert store.get("sat").policy.bounds.calendar is None
+    both = gaffer_cli(app, "update", "sat", "--no-skip-on", "--on-skip", "next_day")
+    assert both.exit_code == 2
+    assert both.stderr.strip() == "error: give --no-skip-on without --skip-on and --on-skip"
