@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .beat.plan import bounds_with_stored, with_stored_calendars
+from .beat.plan import bounds_with_stored, with_checked_calendars
 from .exceptions import InvalidInput
 from .schedules import watermarks
-from .schedules.calendars import validate_calendar_name
+from .schedules.calendars import NoFireSurvives, validate_calendar_name
 from .schedules.spec import ScheduleSpec
 from .store import calendars as stored
 from .store import schedules as rows
@@ -133,18 +133,20 @@ class CalendarMethods(_Base):
             if not current.enabled:
                 continue  # paused: no next fire until resumed
             bounds = bounds_with_stored(current.policy.bounds, calendars)
-            next_fire_at = watermarks.first_fire(
-                current.schedule, bounds, current.watermark_at, current.fired_count
-            )
+            try:
+                next_fire_at = watermarks.first_fire(
+                    current.schedule, bounds, current.watermark_at, current.fired_count
+                )
+            except NoFireSurvives as exc:
+                raise InvalidInput(f"days: schedule {schedule!r}: {exc}", field="days") from None
             values = {"next_fire_at": next_fire_at, "check_at": next_fire_at}
             rows.update_schedule(conn, models, schedule, values)
 
     def _with_calendars(self, conn: Connection, spec: ScheduleSpec) -> ScheduleSpec:
         """``spec`` with its stored calendars' dates (a GafferError naming
-        ``gaffer.skip_on`` when one does not exist)."""
-        return with_stored_calendars(
-            spec, lambda: stored.load_calendars(conn, self.database.models)
-        )
+        ``gaffer.skip_on`` when one does not exist, or when no fire survives them)."""
+        load = lambda: stored.load_calendars(conn, self.database.models)  # noqa: E731
+        return with_checked_calendars(spec, load, self._clock())
 
 
 def _iso(days: Iterable[date]) -> list[str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .beat.plan import bounds_with_stored, with_stored_calendars
+from .beat.plan import bounds_with_stored, with_checked_calendars
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleNotFound
 from .protocol import Health
@@ -119,7 +119,7 @@ class ScheduleReads:
         with self.database.read() as conn:
             current = self._require(conn, name)
             spec, start, new = self._edited(current, changes, now)
-            spec = self._spec_with_dates(spec, lambda: load_calendars(conn, self._models))
+            spec = self._spec_with_dates(spec, lambda: load_calendars(conn, self._models), now)
         values = columns(spec, start.watermark_at, now, start.fired_count)
         timing = spec.policy.bounds.window(
             spec.schedule, fired=start.fired_count, watermark=start.watermark_at
@@ -174,12 +174,13 @@ class ScheduleReads:
 
     @staticmethod
     def _spec_with_dates(
-        spec: ScheduleSpec, load: Callable[[], Mapping[str, frozenset[date]]]
+        spec: ScheduleSpec, load: Callable[[], Mapping[str, frozenset[date]]], now: datetime
     ) -> ScheduleSpec:
         """``spec`` with the dates of the stored calendars it names (``load``: every
         stored calendar, called only when it names one); a GafferError naming
-        ``gaffer.skip_on`` when one does not exist."""
-        return with_stored_calendars(spec, load)
+        ``gaffer.skip_on`` when one does not exist, or when no fire after ``now``
+        survives the calendars."""
+        return with_checked_calendars(spec, load, now)
 
     def _stored_dates(self) -> Mapping[str, frozenset[date]]:
         """Every stored calendar's dates, by name, in a read of its own."""
@@ -256,6 +257,8 @@ class ScheduleReads:
                 "gaffer.enabled: pause or resume the schedule instead", field="enabled"
             )
         policy.update(given)
+        if "skip_on" in given and not given["skip_on"] and "on_skip" not in given:
+            policy["on_skip"] = None  # off its calendars: what a fire on their dates did too
         timing = new_timing(name, current.schedule, changes)
         if timing == current.schedule:
             timing = None  # the same timing: its backlog is kept

@@ -367,7 +367,7 @@ class ScheduleStore(CalendarMethods, ScheduleReads):
         """The new row of one of ``add_many``'s entries, validated (``calendars``: every
         stored calendar, read once for the whole load)."""
         spec = validate_entry(**_entry_arguments(entry), known_tasks=known)
-        spec = self._spec_with_dates(spec, calendars)
+        spec = self._spec_with_dates(spec, calendars, now)
         return self._new_row(spec, now, timings=timings)
 
     def _write_chunk(

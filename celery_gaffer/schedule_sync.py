@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .beat.plan import with_stored_calendars
+from .beat.plan import with_checked_calendars
 from .clock import Clock
 from .exceptions import GafferError, InvalidInput
 from .protocol import Catchup, Overlap
@@ -113,18 +114,25 @@ def _sync(
                 spec = wanted[name]
                 missing: dict[str, Any] = {}
                 try:
-                    spec = with_stored_calendars(spec, calendars)
-                except GafferError as exc:  # a stored calendar it names does not exist
-                    # In error, as an entry whose task this app lacks: Beat checks it again.
+                    spec = with_checked_calendars(spec, calendars, now)
+                except GafferError as exc:  # a stored calendar it names does not exist,
+                    # or no fire survives them. In error, as an entry whose task this app
+                    # lacks: Beat checks it again.
                     missing = {"error": f"{name}: {exc}", "next_fire_at": now, "check_at": now}
+                    missing["enabled"] = spec.policy.enabled
+                # An entry in error: its next fire is not searched for (its columns are
+                # those of the entry paused, ``missing`` then says when Beat checks it).
+                timing = spec
+                if missing:
+                    timing = replace(spec, policy=replace(spec.policy, enabled=False))
                 if current is None:
                     new_row = {"name": name, "source": source, "created_at": now}
-                    new_row.update(columns(spec, watermarks.added(spec, now).watermark_at, now))
+                    new_row.update(columns(timing, watermarks.added(spec, now).watermark_at, now))
                     rows.insert_schedules(conn, models, [{**new_row, **missing}])
                     recorded(conn, "add", name, None)
                     continue
                 start = watermarks.kept(current.standing, spec, now)
-                values = columns(spec, start.watermark_at, now, start.fired_count)
+                values = columns(timing, start.watermark_at, now, start.fired_count)
                 values.update(missing)
                 if watermarks.stays_paused(current.standing):
                     values.update(enabled=False, next_fire_at=None, check_at=None)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -82,6 +82,9 @@ class Health:
 #: ``ledger_latest`` not looked up yet (:func:`latest_due_fire` queries the ledger).
 UNKNOWN: Any = object()
 
+#: Gives the stored calendars' dates by name (read once for many rows).
+Calendars = Callable[[], Mapping[str, frozenset[date]]]
+
 
 def latest_due_fire(
     conn: Connection,
@@ -130,9 +133,11 @@ def evaluate(
     now: datetime,
     settings: GafferSettings,
     ledger_latest: Any = UNKNOWN,
+    calendars: Calendars | None = None,
 ) -> tuple[Health, datetime | None]:
     """The health of one schedule row, and when it should next be checked
-    (``ledger_latest``: see :func:`latest_due_fire`)."""
+    (``ledger_latest``: see :func:`latest_due_fire`; ``calendars``: the stored calendars,
+    read for this row alone when None)."""
     facts = _facts(row)
     if row["error"]:
         return Health(state=State.ERROR, due_nominal_at=None, error=row["error"], **facts), None
@@ -145,7 +150,7 @@ def evaluate(
     grace = _grace(row, settings)
     # A bounded schedule is expected to fire only inside its bounds.
     # Fires its calendars skip are not expected (never late).
-    calendar = _calendar(conn, models, row)
+    calendar = _calendar(conn, models, row, calendars)
     bounds = Bounds(row["start_at"], row["end_at"], row["max_runs"], calendar)
     window = bounds.window(schedule, fired=row["fired_count"], watermark=row["watermark_at"])
     due = latest_due_fire(
@@ -160,17 +165,36 @@ def evaluate(
     return Health(state=state, due_nominal_at=due, **facts), check_at
 
 
-def _calendar(conn: Connection, models: Models, row: Mapping[Any, Any]) -> CalendarRule | None:
+def _rule(row: Mapping[Any, Any]) -> CalendarRule | None:
     try:
-        rule = stored_rule(decode_json(row.get("skip_on")), row.get("on_skip"))
+        return stored_rule(decode_json(row.get("skip_on")), row.get("on_skip"))
     except ValueError:
         return None
+
+
+def _calendar(
+    conn: Connection, models: Models, row: Mapping[Any, Any], calendars: Calendars | None
+) -> CalendarRule | None:
+    rule = _rule(row)
     if rule is None or not rule.stored_names:
         return rule
     try:
-        return rule.with_stored(load_calendars(conn, models, rule.stored_names))
+        if calendars is None:
+            return rule.with_stored(load_calendars(conn, models, rule.stored_names))
+        return rule.with_stored(calendars())
     except GafferError:  # removed since: Beat puts the schedule in error on its next fire
         return rule
+
+
+def calendars_of(conn: Connection, models: Models, rows: Iterable[Mapping[Any, Any]]) -> Calendars:
+    """The stored calendars the rows name, read at once in one statement (none when no
+    row names one)."""
+    names = {name for row in rows for name in (_rule(row) or _NO_RULE).stored_names}
+    found = load_calendars(conn, models, names) if names else {}
+    return lambda: found
+
+
+_NO_RULE = CalendarRule(())
 
 
 def _grace(row: Mapping[Any, Any], settings: GafferSettings) -> timedelta:
@@ -202,11 +226,12 @@ def check_due(
     """
     rows = schedule_health.lock_due_checks(conn, models, now, limit)
     latest = ledger.latest_nominals(conn, models, _ledger_bounds(rows, now, settings))
+    calendars = calendars_of(conn, models, rows)
     results = []
     changes = []
     for row in rows:
         health, check_at = evaluate_safely(
-            conn, models, row, now, settings, latest.get(row["name"], UNKNOWN)
+            conn, models, row, now, settings, latest.get(row["name"], UNKNOWN), calendars
         )
         # Also "error", so that an error and its end are changes; a paused schedule
         # is stored ok, and never alerted.
@@ -288,7 +313,10 @@ def all_health(
 ) -> list[Health]:
     """The live health of every schedule, by name (what ``gaffer status`` prints)."""
     rows = schedule_health.health_rows(conn, models, limit)
-    return [evaluate_safely(conn, models, row, now, settings)[0] for row in rows]
+    calendars = calendars_of(conn, models, rows)
+    return [
+        evaluate_safely(conn, models, row, now, settings, calendars=calendars)[0] for row in rows
+    ]
 
 
 def evaluate_safely(
@@ -298,11 +326,12 @@ def evaluate_safely(
     now: datetime,
     settings: GafferSettings,
     ledger_latest: Any = UNKNOWN,
+    calendars: Calendars | None = None,
 ) -> tuple[Health, datetime | None]:
     """:func:`evaluate`, with any failure of one row reported as that row's ``error``
     (a row written by hand or by an older version must not stop Beat or ``status``)."""
     try:
-        return evaluate(conn, models, row, now, settings, ledger_latest)
+        return evaluate(conn, models, row, now, settings, ledger_latest, calendars)
     except Exception as exc:  # noqa: BLE001 - isolated to its schedule
         error = f"health: {one_line(exc)}"
         failure = Health(state=State.ERROR, due_nominal_at=None, error=error, **_facts(row))

@@ -16,6 +16,7 @@ from typing import Any
 from ..exceptions import GafferError
 from ..protocol import FireKind, FireState, RunState, fire_key, fire_task_id
 from ..schedules.bounds import Bounds, Window
+from ..schedules.calendars import CalendarView
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..schedules.spec import Policy, ScheduleSpec, validate_entry, validate_name
 from ..store.fires import NewFire
@@ -150,6 +151,19 @@ def with_stored_calendars(
     ``gaffer.skip_on`` when one does not exist."""
     policy = policy_with_stored_calendars(spec.policy, load)
     return spec if policy is spec.policy else replace(spec, policy=policy)
+
+
+def with_checked_calendars(
+    spec: ScheduleSpec, load: Callable[[], Mapping[str, frozenset[date]]], now: datetime
+) -> ScheduleSpec:
+    """:func:`with_stored_calendars`, refused too (NoFireSurvives, naming
+    ``gaffer.skip_on``) when no fire of the schedule after ``now`` survives its calendars:
+    what the store checks before writing a schedule."""
+    spec = with_stored_calendars(spec, load)
+    rule = spec.policy.bounds.calendar
+    if rule is not None:
+        CalendarView(spec.schedule, rule).check_fires(now)
+    return spec
 
 
 def policy_with_stored_calendars(

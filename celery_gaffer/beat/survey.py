@@ -29,10 +29,10 @@ from ..protocol import Health as State
 from ..schedules.display import when, zone_of
 from ..schedules.kinds import Schedule, schedule_from_dict
 from ..settings import GafferSettings
-from ..store import schedule_health
+from ..store import calendars, schedule_health
 from ..store.models import Models
 from ..store.schedule_rows import decode_json
-from .health import Health, evaluate_safely
+from .health import Calendars, Health, evaluate_safely
 
 #: The states that alert (``gaffer status`` exits 1; the console's alerts page).
 ALERTING = (State.LATE, State.FAILING, State.ERROR)
@@ -92,8 +92,10 @@ def states(
     its state and facts are the row's, its ``schedule`` and ``last_success_at`` are
     not (read them from the row).
     """
+    # Read before the rows' thread starts: it alone uses the connection from then on.
+    stored = calendars.load_calendars(conn, models)
     rows = schedule_health.survey_rows(conn, models, now, settings.default_grace, as_tuples=True)
-    evaluations = Evaluations(conn, models, now, settings)
+    evaluations = Evaluations(conn, models, now, settings, lambda: stored)
     held: dict[tuple[Any, ...], Health] = {}
     fetched = Prefetched(rows)
     try:
@@ -119,7 +121,7 @@ class Prefetched:
     database computes the next batch (its ledger lookups) while this one is evaluated
     and printed. Only that thread touches the rows' connection until :meth:`stop`, and
     the rules read no other row: the evaluations never query (each row carries its
-    ``ledger_latest``)."""
+    ``ledger_latest``; the stored calendars are read before)."""
 
     #: Rows handed over at once, and batches read ahead (memory stays bounded).
     BATCH, AHEAD = 1000, 4
@@ -220,10 +222,17 @@ class Evaluations:
     LIMIT = 10_000
 
     def __init__(
-        self, conn: Connection, models: Models, now: datetime, settings: GafferSettings
+        self,
+        conn: Connection,
+        models: Models,
+        now: datetime,
+        settings: GafferSettings,
+        stored: Calendars | None = None,
     ) -> None:
         self._conn, self._models, self._now, self._settings = conn, models, now, settings
         self._made: dict[Any, Health] = {}
+        # The stored calendars (``stored``, else read once when a row first names one).
+        self._calendars = stored or calendars.loader(conn, models)
 
     def of(self, row: Mapping[Any, Any]) -> Health:
         """The row's own health (its name and last success time)."""
@@ -263,7 +272,8 @@ class Evaluations:
 
     def _evaluate(self, row: Mapping[Any, Any]) -> Health:
         conn, models, now, settings = self._conn, self._models, self._now, self._settings
-        return evaluate_safely(conn, models, row, now, settings, row["ledger_latest"])[0]
+        latest = row["ledger_latest"]
+        return evaluate_safely(conn, models, row, now, settings, latest, self._calendars)[0]
 
 
 # A survey row's facts a status line shows that the rules never read, first in the row.

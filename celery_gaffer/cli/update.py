@@ -34,7 +34,7 @@ dry_run_option = click.option(
 NEXT_FIRES = 3
 _OPTIONS = "--cron, --every, --at, --tz, --jitter, --task, --args, --kwargs, --options, "
 _OPTIONS += "--catchup, --overlap, --starting-deadline, --grace, --start-at, --end-at, "
-_OPTIONS += "--max-runs or --ping-url"
+_OPTIONS += "--max-runs, --ping-url, --skip-on, --on-skip or --no-skip-on"
 
 
 @gaffer.command()
@@ -55,6 +55,11 @@ _OPTIONS += "--max-runs or --ping-url"
 @click.option("--kwargs", "kwargs_json", help="Keyword arguments as a JSON object.")
 @click.option("--options", "options_json", help="Celery send options as a JSON object.")
 @policy_options
+@click.option(
+    "--no-skip-on",
+    is_flag=True,
+    help="Take the schedule off its --skip-on calendars (clears --on-skip too).",
+)
 @dry_run_option
 @click.option("--note", help="Why: kept in the audit log.")
 @actor_option
@@ -73,6 +78,7 @@ def update(
     args_json: str | None,
     kwargs_json: str | None,
     options_json: str | None,
+    no_skip_on: bool,
     dry_run: bool,
     note: str | None,
     actor: str | None,
@@ -102,6 +108,10 @@ def update(
         if value is not None
     }
     policy = policy_of(policy_values)
+    if no_skip_on:
+        if "skip_on" in policy or "on_skip" in policy:
+            fail("give --no-skip-on without --skip-on and --on-skip")
+        policy["skip_on"] = []
     if policy:
         changes["gaffer"] = policy
     if not changes:
@@ -157,7 +167,16 @@ def changed(before: StoredSchedule, after: StoredSchedule) -> list[tuple[str, st
         pairs.append(
             (field, _policy_text(before, field), _policy_text(after, field)),
         )
+    for field in ("skip_on", "on_skip"):
+        old, new = getattr(before.policy.bounds, field), getattr(after.policy.bounds, field)
+        pairs.append((field, _calendar_text(old), _calendar_text(new)))
     return [(field, old, new) for field, old, new in pairs if old != new]
+
+
+def _calendar_text(value: tuple[str, ...] | str | None) -> str:
+    if value is None:
+        return "none"
+    return value if isinstance(value, str) else ", ".join(value)
 
 
 def _policy_text(stored: StoredSchedule, field: str) -> str:

@@ -44,8 +44,18 @@ _ONE_DAY = timedelta(days=1)
 _ONE_MICRO = timedelta(microseconds=1)
 # Days walked past without a fire before giving up on a next / previous fire.
 _MAX_WALK = 4_000
+#: A walk that has passed at least this many of the schedule's fires (or busy days) over
+#: more than :data:`NO_FIRE_SPAN` without one surviving the calendars gives up: the
+#: schedule is refused (:class:`NoFireSurvives`) rather than searched for decades.
+NO_FIRE_STEPS = 53
+NO_FIRE_SPAN = timedelta(days=366)
 # Days whose answers a view keeps.
 _CACHE_DAYS = 64
+
+
+class NoFireSurvives(InvalidInput):
+    """No fire of a schedule survives its calendars (every one is skipped) in the walk's
+    reach: :data:`NO_FIRE_STEPS` fires over more than :data:`NO_FIRE_SPAN`."""
 
 
 def validate_calendar_name(name: Any, field_name: str = "name") -> str:
@@ -360,43 +370,68 @@ class CalendarView:
             yield from (f for f, _ in self._fires_on(day) if after < f <= until)
             day = self._next_busy_day(day)
 
+    def _give_up(self, step: int, start: date, reached: date) -> None:
+        """Raise :class:`NoFireSurvives` once a walk from ``start`` has taken ``step``
+        steps to ``reached`` past its reach (see :data:`NO_FIRE_STEPS`)."""
+        if step >= NO_FIRE_STEPS and abs(reached - start) > NO_FIRE_SPAN:
+            raise NoFireSurvives(
+                f"gaffer.skip_on: no fire survives the calendars "
+                f"({', '.join(self.rule.skip_on)}; on_skip {self.rule.on_skip}): the "
+                f"{step} fires from {start.isoformat()} to {reached.isoformat()} fall on "
+                "their dates",
+                field="gaffer.skip_on",
+            )
+
     def next_after(self, t: datetime) -> datetime | None:
+        """The first fire after ``t`` (NoFireSurvives: none in the walk's reach)."""
         after = aware_utc(t, "t")
+        start = self._day(after)
         if self.rule.on_skip == "skip":
-            for _ in range(_MAX_WALK):
+            for step in range(_MAX_WALK):
                 fire = self.schedule.next_after(after)
                 if fire is None or self._reason(self._day(fire)) is None:
                     return fire
+                self._give_up(step + 1, start, self._day(fire))
                 after = max(fire, self._midnight(self._day(fire) + _ONE_DAY) - _ONE_MICRO)
             return None
-        day: date | None = self._day(after)
-        for _ in range(_MAX_WALK):
+        day: date | None = start
+        for step in range(_MAX_WALK):
             if day is None:
                 return None
             fires = [f for f, _ in self._fires_on(day) if f > after]
             if fires:
                 return fires[0]
+            self._give_up(step, start, day)
             day = self._next_busy_day(day)
         return None
 
     def last_at_or_before(self, t: datetime) -> datetime | None:
+        """The last fire at or before ``t`` (NoFireSurvives: none in the walk's reach)."""
         until = aware_utc(t, "t")
+        start = self._day(until)
         if self.rule.on_skip == "skip":
-            for _ in range(_MAX_WALK):
+            for step in range(_MAX_WALK):
                 fire = self.schedule.last_at_or_before(until)
                 if fire is None or self._reason(self._day(fire)) is None:
                     return fire
+                self._give_up(step + 1, start, self._day(fire))
                 until = min(fire, self._midnight(self._day(fire))) - _ONE_MICRO
             return None
-        day: date | None = self._day(until)
-        for _ in range(_MAX_WALK):
+        day: date | None = start
+        for step in range(_MAX_WALK):
             if day is None:
                 return None
             fires = [f for f, _ in self._fires_on(day) if f <= until]
             if fires:
                 return fires[-1]
+            self._give_up(step, start, day)
             day = self._previous_busy_day(day)
         return None
+
+    def check_fires(self, t: datetime) -> None:
+        """NoFireSurvives (naming ``gaffer.skip_on``) when no fire after ``t`` survives
+        the calendars in the walk's reach (a schedule every fire of which is skipped)."""
+        self.next_after(t)
 
     def count_between(self, start: datetime, end: datetime, limit: int) -> int:
         count = 0
@@ -431,10 +466,13 @@ class CalendarView:
 
 __all__ = [
     "MAX_MOVE_DAYS",
+    "NO_FIRE_SPAN",
+    "NO_FIRE_STEPS",
     "ON_SKIP",
     "CalendarRule",
     "CalendarView",
     "Fate",
+    "NoFireSurvives",
     "rule_options",
     "stored_rule",
     "validate_calendar_name",

@@ -11,7 +11,9 @@ from datetime import date
 from typing import Any
 
 from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 
+from .arrays import on_postgresql
 from .models import Models, table_of
 
 
@@ -46,14 +48,17 @@ def loader(conn: Connection, models: Models) -> Callable[[], Mapping[str, frozen
 
 
 def add_days(conn: Connection, models: Models, name: str, days: Iterable[date]) -> list[date]:
-    """Add ``days`` to ``name`` (made by its first date); the dates that were new."""
+    """Add ``days`` to ``name`` (made by its first date); the dates that were new (a date
+    another transaction added meanwhile is left as it is, not reported)."""
     have = load_calendars(conn, models, [name]).get(name, frozenset())
     new = sorted(set(days) - have)
-    if new:
-        conn.execute(
-            table_of(models.CalendarDay).insert(), [{"calendar": name, "day": d} for d in new]
-        )
-    return new
+    if not new:
+        return []
+    table = table_of(models.CalendarDay)
+    insert = postgresql.insert if on_postgresql(conn) else sqlite.insert
+    stmt = insert(table).on_conflict_do_nothing().returning(table.c.day)
+    added = conn.execute(stmt, [{"calendar": name, "day": d} for d in new]).scalars()
+    return sorted(added)
 
 
 def remove_days(

@@ -10,7 +10,12 @@ import pytest
 
 from celery_gaffer import InvalidInput, at, cron, every
 from celery_gaffer.schedules.bounds import Bounds
-from celery_gaffer.schedules.calendars import CalendarRule, CalendarView, validate_calendars
+from celery_gaffer.schedules.calendars import (
+    CalendarRule,
+    CalendarView,
+    NoFireSurvives,
+    validate_calendars,
+)
 from celery_gaffer.schedules.spec import validate_entry
 
 UTC = timezone.utc
@@ -226,3 +231,33 @@ def test_fates_between_keeps_every_fate_unless_given_a_limit() -> None:
     start, end = utc(2026, 3, 6, 23), utc(2026, 3, 9, 1)  # a weekend of fires
     assert len(every_minute.fates_between(start, end)) == 2 * 1440
     assert len(every_minute.fates_between(start, end, 100)) == 100
+
+
+def test_a_schedule_no_fire_of_which_survives_its_calendars_is_refused_after_a_year() -> None:
+    saturdays = view("0 9 * * 6", "Europe/London", ["weekends"])
+    start = utc(2026, 12, 1)
+    with pytest.raises(NoFireSurvives, match="the 53 fires from 2026-12-01 to 2027-12-04") as no:
+        saturdays.next_after(start)
+    assert no.value.field == "gaffer.skip_on"
+    with pytest.raises(NoFireSurvives, match="fires from 2026-12-01 to 2025-11-29"):
+        saturdays.last_at_or_before(start)
+    with pytest.raises(NoFireSurvives):
+        saturdays.check_fires(start)
+    # Moved to Monday, every fire survives.
+    moved = view("0 9 * * 6", "Europe/London", ["weekends"], "next_day")
+    assert local([moved.next_after(start)]) == ["Mon 2026-12-07 09:00"]
+    moved.check_fires(start)
+    # A yearly fire that lands on a weekend now and then is found years ahead.
+    christmas = view("0 9 25 12 *", "Europe/London", ["weekends"])
+    assert local([christmas.next_after(utc(2027, 1, 1))]) == ["Mon 2028-12-25 09:00"]
+    # A stored calendar holding every date of a daily schedule's next two years.
+    rule = CalendarRule(("freeze",)).with_stored(
+        {"freeze": [date(2027, 1, 1) + n * ONE_DAY for n in range(731)]}
+    )
+    frozen = CalendarView(cron("0 9 * * *", "UTC"), rule)
+    with pytest.raises(NoFireSurvives, match="the 367 fires from 2026-12-31 to 2028-01-02"):
+        frozen.next_after(utc(2026, 12, 31, 10))
+    moving = CalendarView(cron("0 9 * * *", "UTC"), CalendarRule(rule.skip_on, "next_day",
+                                                                  rule.stored))  # fmt: skip
+    with pytest.raises(NoFireSurvives, match=r"gaffer\.skip_on: no fire survives"):
+        moving.next_after(utc(2026, 12, 31, 10))

@@ -45,6 +45,10 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     P = _prefix()
+    # The fires a calendar skipped: 0006 knows no "skipped" state, and would count them
+    # as fires that happened (a schedule then alerts late).
+    fires = sa.table(f"{P}fires", sa.column("state", sa.String))
+    op.execute(fires.delete().where(fires.c.state == "skipped"))
     op.drop_column(f"{P}fires", "reason")
     with op.batch_alter_table(f"{P}schedules") as batch:
         for column in ("on_skip", "skip_on"):
