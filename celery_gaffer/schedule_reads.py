@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from .beat.plan import bounds_with_stored, with_checked_calendars
+from .beat.plan import bounds_with_stored, policy_with_stored_calendars, with_checked_calendars
 from .clock import Clock, utcnow
 from .exceptions import GafferError, InvalidInput, ScheduleNotFound
 from .protocol import Health
@@ -196,14 +196,12 @@ class ScheduleReads:
         """``current`` with the dates of the stored calendars it names (read on ``conn``,
         or given by ``load``: every stored calendar), so that its next fires are the ones
         Beat sends; a GafferError naming ``gaffer.skip_on`` when one no longer exists."""
-        bounds = current.policy.bounds
-        rule = bounds.calendar
+        rule = current.policy.bounds.calendar
         if rule is None or not rule.stored_names:
             return current
-        found = load_calendars(conn, self._models, rule.stored_names) if load is None else load()
-        rule = rule.with_stored(found)
-        policy = replace(current.policy, bounds=replace(bounds, calendar=rule))
-        return replace(current, policy=policy)
+        names = rule.stored_names
+        found = load or (lambda: load_calendars(conn, self._models, names))
+        return replace(current, policy=policy_with_stored_calendars(current.policy, found))
 
     def _enabled_values(
         self,

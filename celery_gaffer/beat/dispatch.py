@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection
@@ -33,7 +33,7 @@ from ..store import Database
 from ..store import fires as ledger
 from ..store import runs as run_rows
 from ..store import schedules as schedule_rows
-from ..store.calendars import load_calendars
+from ..store.calendars import loader as calendar_loader
 from ..store.fires import Fire
 from ..store.pipelined import committing
 from ..store.schedules import DueSchedule, Payload
@@ -115,13 +115,8 @@ class Dispatcher:
             bounded: dict[str, tuple[DueSchedule, ScheduleSpec, dict[str, Any]]] = {}
             payloads: dict[str, Payload] = {}
             moves: list[ErrorMove] = []
-            stored: list[Mapping[str, frozenset[date]]] = []
-
-            def calendars() -> Mapping[str, frozenset[date]]:
-                # Loaded once a batch, by the first schedule that names a stored one.
-                if not stored:
-                    stored.append(load_calendars(conn, self.database.models))
-                return stored[0]
+            # Loaded once a batch, by the first schedule that names a stored one.
+            calendars = calendar_loader(conn, self.database.models)
 
             for row in due:
                 # Whatever one row holds, only that schedule goes to error: the others

@@ -8,8 +8,7 @@ is written and nothing is published.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from datetime import date, tzinfo
+from datetime import tzinfo
 from fnmatch import fnmatchcase
 
 import click
@@ -18,7 +17,7 @@ from ..beat.catchup import on_time_for
 from ..beat.simulation import Fated, Outage, Subject, simulate
 from ..exceptions import InvalidInput
 from ..schedules.cron_engine import load_zone
-from ..store.calendars import load_calendars
+from ..store.calendars import loader as calendar_loader
 from ..store.schedules import list_schedules
 from .base import app_of, echo, gaffer, gaffer_errors, ready, table
 from .times import aware_option, when
@@ -74,12 +73,7 @@ def simulate_command(
     database = ready(ctx)
     subjects: list[Subject] = []
     with database.read() as conn:
-        stored: list[Mapping[str, frozenset[date]]] = []
-
-        def calendars() -> Mapping[str, frozenset[date]]:
-            if not stored:
-                stored.append(load_calendars(conn, database.models))
-            return stored[0]
+        calendars = calendar_loader(conn, database.models)
 
         for row in list_schedules(conn, database.models):
             if not fnmatchcase(row.name, pattern) or row.schedule is None or row.error:

@@ -40,6 +40,11 @@ class BatchReport:
     stopped_by: str
 
 
+#: One batch in a transaction of its own: ``(cursor value, rows handled so far)`` in,
+#: ``(rows handled, new cursor value, caught up)`` out, committed.
+OneBatch = Callable[[Any, int], tuple[int, Any, bool]]
+
+
 def run_batches(
     run: RunContext,
     cursor: str,
@@ -53,16 +58,10 @@ def run_batches(
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchReport:
     """Run batches under the lease ``batch:{cursor}`` (see GafferTask.run_batches)."""
-    database = run.database
-    models = database.models
-    started = clock()
-    factory = fenced_sessions(database.engine)
-    with database.read() as conn:
-        value = load_cursor(conn, models, cursor)
-    processed = batches = 0
-    while True:
-        if deadline is not None and clock() - started >= deadline:
-            return BatchReport(processed, value, False, batches, "deadline")
+    models = run.database.models
+    factory = fenced_sessions(run.database.engine)
+
+    def one_batch(value: Any, processed: int) -> tuple[int, Any, bool]:
         with factory(info=run_info(run, "claim")) as session:
             rows = list(fetch(session, value, batch_size))
             caught_up = len(rows) < batch_size
@@ -77,7 +76,31 @@ def run_batches(
                 # The batch that catches up completes the key with its own writes.
                 session.info["gaffer_claim"] = "complete"
             session.commit()
-        processed += len(rows)
+        return len(rows), value, caught_up
+
+    return batch_loop(run, cursor, one_batch, deadline=deadline, progress=progress, clock=clock)
+
+
+def batch_loop(
+    run: RunContext,
+    cursor: str,
+    one_batch: OneBatch,
+    *,
+    deadline: float | None,
+    progress: Callable[..., None],
+    clock: Callable[[], float],
+) -> BatchReport:
+    """Run ``one_batch`` from the saved value of ``cursor`` until a batch catches up or
+    the deadline has passed (no batch starts after it)."""
+    started = clock()
+    with run.database.read() as conn:
+        value = load_cursor(conn, run.database.models, cursor)
+    processed = batches = 0
+    while True:
+        if deadline is not None and clock() - started >= deadline:
+            return BatchReport(processed, value, False, batches, "deadline")
+        count, value, caught_up = one_batch(value, processed)
+        processed += count
         batches += 1
         progress(processed=processed, cursor=value, batches=batches)
         if caught_up:

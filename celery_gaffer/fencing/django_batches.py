@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..store import django_statements
-from ..store.cursors import load_cursor
-from .batches import BatchReport, KeyOf
+from .batches import BatchReport, KeyOf, batch_loop
 from .context import RunContext
 from .django_atomic import sealed_atomic
 
@@ -39,15 +38,9 @@ def run_django_batches(
     """Run batches under the lease ``batch:{cursor}`` (see GafferTask.run_batches)."""
     from django.db import connections
 
-    database = run.database
-    models = database.models
-    started = clock()
-    with database.read() as conn:
-        value = load_cursor(conn, models, cursor)
-    processed = batches = 0
-    while True:
-        if deadline is not None and clock() - started >= deadline:
-            return BatchReport(processed, value, False, batches, "deadline")
+    models = run.database.models
+
+    def one_batch(value: Any, processed: int) -> tuple[int, Any, bool]:
         with sealed_atomic(run, alias) as block:
             rows = list(fetch(value, batch_size))
             caught_up = len(rows) < batch_size
@@ -61,8 +54,6 @@ def run_django_batches(
                 connection, models, run.task_id, processed + len(rows), value
             )
             block.claim = "complete" if caught_up else "claim"
-        processed += len(rows)
-        batches += 1
-        progress(processed=processed, cursor=value, batches=batches)
-        if caught_up:
-            return BatchReport(processed, value, True, batches, "caught_up")
+        return len(rows), value, caught_up
+
+    return batch_loop(run, cursor, one_batch, deadline=deadline, progress=progress, clock=clock)
